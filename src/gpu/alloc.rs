@@ -1,0 +1,155 @@
+//! The accounting allocator: every GPU buffer the engine makes is tagged with a
+//! [`Category`] and counted here, live and peak, per category and in total.
+//! A [`Tensor`](super::Tensor) holds an [`Allocation`]; dropping it returns the bytes.
+
+use std::sync::{Arc, Mutex};
+
+/// What a buffer holds. The memory benchmark reports peaks per category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    /// Frozen base-model weights (embedding, projections, norms).
+    Weights,
+    /// LoRA A and B matrices.
+    Lora,
+    /// Gradients of the LoRA parameters.
+    Grads,
+    /// Optimizer state (AdamW moments).
+    Optimizer,
+    /// Saved block inputs (MeSP / MeBP checkpoints).
+    Checkpoints,
+    /// Intermediates of forward and backward.
+    Activations,
+    /// Small per-kernel scratch (log-sum-exp partials, reductions).
+    Scratch,
+    /// Upload and readback staging.
+    Staging,
+}
+
+impl Category {
+    pub const ALL: [Category; 8] = [
+        Category::Weights,
+        Category::Lora,
+        Category::Grads,
+        Category::Optimizer,
+        Category::Checkpoints,
+        Category::Activations,
+        Category::Scratch,
+        Category::Staging,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Weights => "weights",
+            Category::Lora => "lora",
+            Category::Grads => "grads",
+            Category::Optimizer => "optimizer",
+            Category::Checkpoints => "checkpoints",
+            Category::Activations => "activations",
+            Category::Scratch => "scratch",
+            Category::Staging => "staging",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Live and peak bytes, per category and in total.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStats {
+    pub live: [u64; 8],
+    pub peak: [u64; 8],
+    pub live_total: u64,
+    pub peak_total: u64,
+    pub allocations: u64,
+}
+
+impl MemoryStats {
+    pub fn live(&self, c: Category) -> u64 {
+        self.live[c.index()]
+    }
+    pub fn peak(&self, c: Category) -> u64 {
+        self.peak[c.index()]
+    }
+}
+
+/// Shared counters; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Allocator {
+    stats: Arc<Mutex<MemoryStats>>,
+}
+
+impl Allocator {
+    pub fn stats(&self) -> MemoryStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+    /// Forget peaks: the next peak is measured from the live bytes now.
+    pub fn reset_peaks(&self) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.peak = s.live;
+            s.peak_total = s.live_total;
+        }
+    }
+    pub(crate) fn track(&self, category: Category, bytes: u64) -> Allocation {
+        if let Ok(mut s) = self.stats.lock() {
+            let i = category.index();
+            s.live[i] += bytes;
+            s.peak[i] = s.peak[i].max(s.live[i]);
+            s.live_total += bytes;
+            s.peak_total = s.peak_total.max(s.live_total);
+            s.allocations += 1;
+        }
+        Allocation { alloc: self.clone(), category, bytes }
+    }
+}
+
+/// Bytes counted as live until this is dropped.
+pub struct Allocation {
+    alloc: Allocator,
+    category: Category,
+    bytes: u64,
+}
+
+impl Allocation {
+    pub fn category(&self) -> Category {
+        self.category
+    }
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.alloc.stats.lock() {
+            let i = self.category.index();
+            s.live[i] -= self.bytes;
+            s.live_total -= self.bytes;
+        }
+    }
+}
+
+impl std::fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}B", self.category.name(), self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_returns_to_zero_and_peak_stays() {
+        let a = Allocator::default();
+        let x = a.track(Category::Activations, 100);
+        let y = a.track(Category::Weights, 50);
+        assert_eq!(a.stats().live_total, 150);
+        drop(x);
+        let s = a.stats();
+        assert_eq!(s.live_total, 50);
+        assert_eq!(s.peak_total, 150);
+        assert_eq!(s.peak(Category::Activations), 100);
+        drop(y);
+        assert_eq!(a.stats().live_total, 0);
+    }
+}

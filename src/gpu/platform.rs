@@ -1,0 +1,48 @@
+//! The native/wasm seam. Natively futures are driven by `pollster` and the device
+//! is polled while waiting for a readback; in the browser the event loop drives
+//! both. Nothing else in the crate needs `cfg(target_arch)`.
+
+/// Run a future to completion (native only; the browser awaits instead).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    pollster::block_on(f)
+}
+
+/// Let the device make progress on pending map callbacks.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn poll_wait(device: &wgpu::Device) {
+    // An error here means the device was lost; the map callback reports it.
+    let _ = device.poll(wgpu::PollType::wait_indefinitely());
+}
+
+/// In the browser the event loop drives map callbacks.
+#[cfg(target_arch = "wasm32")]
+pub fn poll_wait(_device: &wgpu::Device) {}
+
+/// Which backends to ask for: Vulkan natively (lavapipe here), WebGPU in the browser.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn backends() -> wgpu::Backends {
+    match std::env::var("WGPU_BACKEND") {
+        Ok(s) if !s.is_empty() => wgpu::Backends::from_comma_list(&s),
+        _ => wgpu::Backends::VULKAN,
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub fn backends() -> wgpu::Backends {
+    wgpu::Backends::BROWSER_WEBGPU
+}
+
+/// Milliseconds from a monotonic clock (benchmarks and progress only).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn now_ms() -> f64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64() * 1000.0
+}
+
+#[cfg(target_arch = "wasm32")]
+pub fn now_ms() -> f64 {
+    js_sys::Date::now()
+}

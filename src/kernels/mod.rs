@@ -1,0 +1,38 @@
+//! Compute kernels: one op per file, its WGSL beside it, forward and backward
+//! side by side, each with an f64 CPU reference and tests that run natively
+//! (lavapipe) and in headless Chromium (SwiftShader).
+//!
+//! WGSL variants are made by textual substitution of a few `{{NAME}}` constants;
+//! the substituted values are part of the pipeline cache key.
+
+pub mod attention;
+pub mod cross_entropy;
+pub mod elementwise;
+pub mod embedding;
+pub mod matmul;
+pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;
+
+pub mod testutil;
+
+/// Replace each `{{KEY}}` in `src` with its value.
+pub fn render(src: &str, vars: &[(&str, String)]) -> String {
+    let mut s = src.to_string();
+    for (k, v) in vars {
+        s = s.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    s
+}
+
+/// WGSL helpers shared by kernels that read packed 16-bit weights.
+/// `unpack2` turns one u32 holding two 16-bit values (element 2i in the low half) into f32.
+pub fn unpack_fns(dtype: crate::gpu::DType) -> &'static str {
+    match dtype {
+        crate::gpu::DType::BF16 => {
+            "fn unpack2(w: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u)); }\n"
+        }
+        crate::gpu::DType::F16 => "fn unpack2(w: u32) -> vec2<f32> { return unpack2x16float(w); }\n",
+        crate::gpu::DType::F32 => "",
+    }
+}

@@ -1,0 +1,112 @@
+//! Helpers shared by kernel tests and benchmarks: a seeded RNG, f64 reference
+//! comparisons, and the macro that stamps one async test for both runtimes.
+
+/// A small seeded RNG (SplitMix64) so tests are reproducible on every platform.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in [-a, a), as f32.
+    pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
+        (0..n).map(|_| ((self.uniform() * 2.0 - 1.0) as f32) * a).collect()
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// ‖a − b‖ / ‖b‖ (with b the reference); 0 when both are zero.
+pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (x, y) in a.iter().zip(b) {
+        num += (*x as f64 - y) * (*x as f64 - y);
+        den += y * y;
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Panic with the largest difference and the first index where `|a-b| > atol + rtol·|b|`.
+pub fn assert_close(what: &str, a: &[f32], b: &[f64], atol: f64, rtol: f64) {
+    assert_eq!(a.len(), b.len(), "{what}: length {} vs reference {}", a.len(), b.len());
+    let mut first = None;
+    let mut worst = (0usize, 0.0f64);
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let d = (*x as f64 - y).abs();
+        if !(d <= atol + rtol * y.abs()) {
+            first.get_or_insert(i);
+        }
+        if !(d <= worst.1) {
+            worst = (i, d);
+        }
+    }
+    if let Some(i) = first {
+        panic!(
+            "{what}: first mismatch at {i}: got {} want {}; largest |diff| {} at {} (got {} want {}); rel err {:.3e}",
+            a[i], b[i], worst.1, worst.0, a[worst.0], b[worst.0], rel_err(a, b)
+        );
+    }
+}
+
+/// Round through a 16-bit dtype as the GPU will see the value.
+pub fn round_to(dtype: crate::gpu::DType, v: f32) -> f32 {
+    match dtype {
+        crate::gpu::DType::F32 => v,
+        crate::gpu::DType::BF16 => half::bf16::from_f32(v).to_f32(),
+        crate::gpu::DType::F16 => half::f16::from_f32(v).to_f32(),
+    }
+}
+
+/// A GPU for tests. Natively every test makes its own device (lavapipe is cheap to open).
+pub async fn test_gpu() -> crate::gpu::Gpu {
+    match crate::gpu::Gpu::new().await {
+        Ok(g) => g,
+        Err(e) => panic!("tests need a GPU adapter (lavapipe natively, WebGPU in Chromium): {e}"),
+    }
+}
+
+/// Write an async test once; it runs natively under `cargo test` and in the
+/// browser under `wasm-pack test`.
+///
+/// ```ignore
+/// gpu_test!(async fn my_test(gpu) { ... });
+/// ```
+#[macro_export]
+macro_rules! gpu_test {
+    (async fn $name:ident($gpu:ident) $body:block) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        #[test]
+        fn $name() {
+            $crate::gpu::platform::block_on(async {
+                let $gpu = $crate::kernels::testutil::test_gpu().await;
+                let $gpu = &$gpu;
+                $body
+            })
+        }
+        #[cfg(target_arch = "wasm32")]
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            let $gpu = $crate::kernels::testutil::test_gpu().await;
+            let $gpu = &$gpu;
+            $body
+        }
+    };
+}

@@ -1,0 +1,12 @@
+//! webtune: LoRA fine-tuning of Qwen2 and Llama models on WebGPU, natively and in
+//! the browser, with exact hand-written gradients and the MeSP memory schedule.
+
+pub mod config;
+pub mod formats;
+pub mod gpu;
+pub mod kernels;
+pub mod model;
+pub mod store;
+
+#[cfg(all(test, target_arch = "wasm32"))]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
