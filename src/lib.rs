@@ -1,9 +1,13 @@
 //! webtune: LoRA fine-tuning of Qwen2 and Llama models on WebGPU, natively and in
 //! the browser, with exact hand-written gradients and the MeSP memory schedule.
 
+pub mod bench;
 pub mod config;
+pub mod error;
 pub mod formats;
 pub mod gpu;
+pub mod grad;
+
 pub mod kernels;
 pub mod model;
 pub mod store;

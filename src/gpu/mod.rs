@@ -225,6 +225,14 @@ impl Gpu {
         (rows * dtype.padded_row(cols) * dtype.bytes_per_element()) as u64
     }
 
+    /// The same buffer, accounted under another category from now on.
+    pub fn retag(&self, t: Tensor, cat: Category) -> Tensor {
+        let Tensor { buf, shape, dtype, _acct } = t;
+        drop(_acct); // release first so the peak never counts the buffer twice
+        let acct = self.alloc.track(cat, buf.size());
+        Tensor { buf, shape, dtype, _acct: Arc::new(acct) }
+    }
+
     /// A tensor of zeros (f32 or packed).
     pub fn zeros(&self, shape: &[usize], dtype: DType, cat: Category) -> Result<Tensor, GpuError> {
         let buf = self.raw_buffer(Self::tensor_bytes(shape, dtype), cat.name())?;

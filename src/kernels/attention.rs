@@ -1,1 +1,786 @@
-//! (to be written)
+//! Causal grouped-query attention, flash style: nothing of size T×T is ever stored.
+//!
+//! - [`attention_forward`]: o = softmax(q·kᵀ/√D + mask)·v per (batch, query head), where query
+//!   head h reads kv head h / (Hq/Hkv); also writes each query row's log-sum-exp.
+//! - [`attention_backward`]: dq, dk, dv from dO, recomputing the probabilities key by key from
+//!   q, k and the saved lse (three dispatches: delta = rowsum(dO∘O), dq, then dk/dv).
+//!
+//! Forward saves only lse (B·Hq·T floats) for backward: with it, P = exp(s − lse) is exact
+//! without a second softmax pass, and backward needs O(B·Hq·T) scratch.
+//!
+//! Each WGSL kernel is instantiated for one head size D (vec4 loads when D % 4 == 0, scalar
+//! otherwise), a number of rows per invocation and a workgroup size, all in the pipeline cache
+//! key; its loops over rows and over D are unrolled by [`unroll`] before compilation.
+
+use crate::gpu::{groups, Category, DType, Gpu, GpuError, Tensor};
+use crate::kernels::render;
+use std::sync::Arc;
+use wgpu::ComputePipeline;
+
+const FWD: &str = include_str!("attention_fwd.wgsl");
+const BWD_DELTA: &str = include_str!("attention_bwd_delta.wgsl");
+const BWD_DQ: &str = include_str!("attention_bwd_dq.wgsl");
+const BWD_DKDV: &str = include_str!("attention_bwd_dkdv.wgsl");
+
+/// How the kernels split the work: rows per invocation (query rows in the forward and dq
+/// kernels, key rows in the dk/dv kernel) and invocations per workgroup.
+#[derive(Clone, Copy, Debug)]
+struct Tuning {
+    fwd: usize,
+    dq: usize,
+    dkdv: usize,
+    wg: usize,
+}
+
+/// Measured on lavapipe (see `attention_bench`): 8 rows per invocation reuse each loaded k, v,
+/// q or dO vector 8 times (1 row is ~4x slower, 16 no faster); the dk/dv kernel is as fast with
+/// 4 and then has twice the invocations (B·Hkv·T/4), and 16-invocation workgroups leave
+/// lavapipe's threads enough workgroups to share. Real GPUs would want fewer rows (each
+/// invocation holds 3-4 × rows × D floats) or workgroup-memory tiles: not measured yet.
+const TUNING: Tuning = Tuning { fwd: 8, dq: 8, dkdv: 4, wg: 16 };
+
+/// Sizes of one attention call. q holds `heads` heads and k, v hold `kv_heads`, each of `head_dim`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnShape {
+    pub batch: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl AttnShape {
+    fn check(&self) {
+        assert!(
+            self.kv_heads > 0 && self.head_dim > 0 && self.heads % self.kv_heads == 0,
+            "attention: heads {} must be a positive multiple of kv_heads {} and head_dim {} positive",
+            self.heads,
+            self.kv_heads,
+            self.head_dim
+        );
+    }
+    fn q_len(&self) -> usize {
+        self.batch * self.seq * self.heads * self.head_dim
+    }
+    fn kv_len(&self) -> usize {
+        self.batch * self.seq * self.kv_heads * self.head_dim
+    }
+    fn rows(&self) -> usize {
+        self.batch * self.heads * self.seq
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    b: u32,
+    t: u32,
+    h: u32,
+    hkv: u32,
+    g: u32,
+    has_mask: u32,
+    scale: f32,
+    nblk: u32,
+}
+
+fn params(s: &AttnShape, has_mask: bool, rows: usize) -> Params {
+    Params {
+        b: s.batch as u32,
+        t: s.seq as u32,
+        h: s.heads as u32,
+        hkv: s.kv_heads as u32,
+        g: (s.heads / s.kv_heads) as u32,
+        has_mask: has_mask as u32,
+        scale: 1.0 / (s.head_dim as f32).sqrt(),
+        nblk: s.seq.div_ceil(rows) as u32,
+    }
+}
+
+/// Render one kernel for head size `d`, `rows` rows per invocation and `wg` invocations per workgroup.
+fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg: usize) -> Arc<ComputePipeline> {
+    let vec = d % 4 == 0;
+    let key = format!("attention_{name}/{d}/{rows}/{wg}");
+    gpu.pipeline(&key, || {
+        let n = if vec { d / 4 } else { d };
+        unroll(&render(
+            src,
+            &[
+                ("V", if vec { "vec4<f32>" } else { "f32" }.into()),
+                ("DOT", if vec { "return dot(a, b);" } else { "return a * b;" }.into()),
+                ("N", n.to_string()),
+                ("R", rows.to_string()),
+                ("RN", (rows * n).to_string()),
+                ("WG", wg.to_string()),
+            ],
+        ))
+    })
+}
+
+/// Expand every loop written `for (var x = 0u; x < Ku; x++) { // unroll` (K a literal) into K
+/// scoped copies of its body with `x` replaced by the literal, so that per-invocation arrays are
+/// indexed by constants: compilers then keep them in registers, where dynamic indexing would
+/// make lavapipe gather and scatter lane by lane. Bodies must not `break` or `continue`.
+fn unroll(src: &str) -> String {
+    const MARK: &str = "{ // unroll";
+    let mut s = src.to_string();
+    while let Some(mark) = s.find(MARK) {
+        let start = s[..mark].rfind("for (").unwrap_or_else(|| panic!("unroll: no loop before mark at {mark}"));
+        let header = &s[start..mark];
+        // header: "for (var x = 0u; x < 16u; x++) "
+        let var = header["for (var ".len()..].split_whitespace().next().unwrap_or_default().to_string();
+        let count: usize = header
+            .split(';')
+            .nth(1)
+            .and_then(|c| c.split('<').nth(1))
+            .and_then(|c| c.trim().trim_end_matches('u').parse().ok())
+            .unwrap_or_else(|| panic!("unroll: loop header {header:?} has no literal bound"));
+        let open = mark; // the '{' of the body
+        let mut depth = 0;
+        let mut close = open;
+        for (i, ch) in s[open..].char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(close > open, "unroll: unbalanced braces after {header:?}");
+        let body = &s[open + MARK.len()..close];
+        let mut out = String::new();
+        for i in 0..count {
+            out.push('{');
+            out.push_str(&replace_ident(body, &var, &format!("{i}u")));
+            out.push('}');
+        }
+        s.replace_range(start..=close, &out);
+    }
+    s
+}
+
+/// Replace whole-identifier occurrences of `name` in `src`.
+fn replace_ident(src: &str, name: &str, with: &str) -> String {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(src.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(if word == name { with } else { word });
+        word.clear();
+    };
+    let mut prev_dot = false;
+    for c in src.chars() {
+        if is_ident(c) {
+            word.push(c);
+            continue;
+        }
+        // A member after '.' (a swizzle or field) is never the loop variable.
+        if prev_dot && !word.is_empty() {
+            out.push_str(&word);
+            word.clear();
+        } else {
+            flush(&mut word, &mut out);
+        }
+        out.push(c);
+        prev_dot = c == '.';
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+fn check_tensors(what: &str, s: &AttnShape, f32s: &[(&str, &Tensor, usize)], mask: Option<&Tensor>) {
+    s.check();
+    for (name, t, len) in f32s {
+        assert!(
+            t.numel() == *len && t.dtype == DType::F32,
+            "{what}: {name} {:?} {:?} does not hold {len} f32 for {s:?}",
+            t.shape,
+            t.dtype
+        );
+    }
+    if let Some(m) = mask {
+        assert!(m.numel() == s.batch * s.seq, "{what}: mask {:?} is not (B*T) for {s:?}", m.shape);
+    }
+}
+
+/// Causal GQA attention forward.
+///
+/// q: (B*T, Hq*D), k, v: (B*T, Hkv*D), f32, RoPE already applied. mask: optional (B*T) u32,
+/// 1 = real token, 0 = padding. Query i of batch row b attends key j iff j <= i and
+/// mask[b*T+j] != 0; softmax scale 1/√D. Writes o: (B*T, Hq*D) and lse: (B, Hq, T), the
+/// log-sum-exp of each row's scaled scores. A row with no visible key gets o = 0 and lse = 0.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_forward(
+    gpu: &Gpu,
+    s: &AttnShape,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    o: &Tensor,
+    lse: &Tensor,
+) {
+    forward_with(gpu, s, q, k, v, mask, o, lse, TUNING)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn forward_with(
+    gpu: &Gpu,
+    s: &AttnShape,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    o: &Tensor,
+    lse: &Tensor,
+    t: Tuning,
+) {
+    check_tensors(
+        "attention_forward",
+        s,
+        &[("q", q, s.q_len()), ("k", k, s.kv_len()), ("v", v, s.kv_len()), ("o", o, s.q_len()), ("lse", lse, s.rows())],
+        mask,
+    );
+    if s.rows() == 0 {
+        return;
+    }
+    let p = params(s, mask.is_some(), t.fwd);
+    let pl = pipeline(gpu, "fwd", FWD, s.head_dim, t.fwd, t.wg);
+    let n = s.batch * s.heads * p.nblk as usize;
+    let mask = mask.unwrap_or(gpu.dummy());
+    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[q, k, v, mask, o, lse], groups(n.div_ceil(t.wg) as u32));
+}
+
+/// Backward of [`attention_forward`], given dO: (B*T, Hq*D) and the forward's o and lse.
+///
+/// Writes (overwrites) dq: (B*T, Hq*D), dk, dv: (B*T, Hkv*D); dk and dv of a kv head sum over
+/// the Hq/Hkv query heads of its group. Rows with no visible key get zero gradients, and so
+/// do padding keys. Scratch: (lse, delta) pairs, (B, Hq, T, 2) f32, dropped on return.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    gpu: &Gpu,
+    s: &AttnShape,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    o: &Tensor,
+    d_o: &Tensor,
+    lse: &Tensor,
+    mask: Option<&Tensor>,
+    dq: &Tensor,
+    dk: &Tensor,
+    dv: &Tensor,
+) -> Result<(), GpuError> {
+    let (ql, kl) = (s.q_len(), s.kv_len());
+    check_tensors(
+        "attention_backward",
+        s,
+        &[
+            ("q", q, ql),
+            ("k", k, kl),
+            ("v", v, kl),
+            ("o", o, ql),
+            ("dO", d_o, ql),
+            ("lse", lse, s.rows()),
+            ("dq", dq, ql),
+            ("dk", dk, kl),
+            ("dv", dv, kl),
+        ],
+        mask,
+    );
+    if s.rows() == 0 {
+        return Ok(());
+    }
+    backward_with(gpu, s, [q, k, v, o, d_o, lse], mask, [dq, dk, dv], TUNING)
+}
+
+/// The three steps of the backward from [q, k, v, o, dO, lse] into [dq, dk, dv].
+fn backward_with(
+    gpu: &Gpu,
+    s: &AttnShape,
+    x: [&Tensor; 6],
+    mask: Option<&Tensor>,
+    [dq, dk, dv]: [&Tensor; 3],
+    t: Tuning,
+) -> Result<(), GpuError> {
+    let [q, k, v, o, d_o, lse] = x;
+    let stats = backward_stats(gpu, s, o, d_o, lse, t)?;
+    backward_dq(gpu, s, [q, k, v, d_o, &stats], mask, dq, t);
+    backward_dkdv(gpu, s, [q, k, v, d_o, &stats], mask, dk, dv, t);
+    Ok(())
+}
+
+/// Step 1: (lse, delta = rowsum(dO ∘ O)) per query row, (B, Hq, T, 2), as scratch.
+fn backward_stats(
+    gpu: &Gpu,
+    s: &AttnShape,
+    o: &Tensor,
+    d_o: &Tensor,
+    lse: &Tensor,
+    t: Tuning,
+) -> Result<Tensor, GpuError> {
+    let stats = gpu.zeros(&[s.rows(), 2], DType::F32, Category::Scratch)?;
+    let p = params(s, false, 1);
+    let pl = pipeline(gpu, "bwd_delta", BWD_DELTA, s.head_dim, 1, t.wg);
+    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[o, d_o, lse, &stats], groups(s.rows().div_ceil(t.wg) as u32));
+    Ok(stats)
+}
+
+/// Step 2: dq from [q, k, v, dO, stats].
+fn backward_dq(gpu: &Gpu, s: &AttnShape, x: [&Tensor; 5], mask: Option<&Tensor>, dq: &Tensor, t: Tuning) {
+    let p = params(s, mask.is_some(), t.dq);
+    let pl = pipeline(gpu, "bwd_dq", BWD_DQ, s.head_dim, t.dq, t.wg);
+    let n = s.batch * s.heads * p.nblk as usize;
+    let [q, k, v, d_o, stats] = x;
+    let mask = mask.unwrap_or(gpu.dummy());
+    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dq], groups(n.div_ceil(t.wg) as u32));
+}
+
+/// Step 3: dk, dv from [q, k, v, dO, stats].
+#[allow(clippy::too_many_arguments)]
+fn backward_dkdv(
+    gpu: &Gpu,
+    s: &AttnShape,
+    x: [&Tensor; 5],
+    mask: Option<&Tensor>,
+    dk: &Tensor,
+    dv: &Tensor,
+    t: Tuning,
+) {
+    let p = params(s, mask.is_some(), t.dkdv);
+    let pl = pipeline(gpu, "bwd_dkdv", BWD_DKDV, s.head_dim, t.dkdv, t.wg);
+    let n = s.batch * s.kv_heads * p.nblk as usize;
+    let [q, k, v, d_o, stats] = x;
+    let mask = mask.unwrap_or(gpu.dummy());
+    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dk, dv], groups(n.div_ceil(t.wg) as u32));
+}
+
+/// f64 references that materialise the T×T probabilities (tests and benchmarks only).
+/// Layouts as in the launchers; `mask` is (B*T) with 0 = padding.
+pub mod reference {
+    use super::AttnShape;
+
+    /// For (b, h, i): the probabilities P[j] (0 for invisible keys) and the log-sum-exp of the
+    /// visible scaled scores, or None if no key is visible.
+    fn probs(
+        s: &AttnShape,
+        q: &[f64],
+        k: &[f64],
+        mask: Option<&[u32]>,
+        (b, h, i): (usize, usize, usize),
+    ) -> Option<(Vec<f64>, f64)> {
+        let (t, d, hq, hkv) = (s.seq, s.head_dim, s.heads, s.kv_heads);
+        let c = h / (hq / hkv);
+        let scale = 1.0 / (d as f64).sqrt();
+        let qi = &q[((b * t + i) * hq + h) * d..][..d];
+        let vis = |j: usize| j <= i && mask.is_none_or(|m| m[b * t + j] != 0);
+        let sc: Vec<f64> = (0..t)
+            .map(|j| {
+                let kj = &k[((b * t + j) * hkv + c) * d..][..d];
+                if vis(j) {
+                    scale * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>()
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
+            .collect();
+        let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        if mx == f64::NEG_INFINITY {
+            return None;
+        }
+        let e: Vec<f64> = sc.iter().map(|&x| (x - mx).exp()).collect();
+        let z: f64 = e.iter().sum();
+        Some((e.into_iter().map(|x| x / z).collect(), mx + z.ln()))
+    }
+
+    /// (o: (B*T, Hq*D), lse: (B, Hq, T)); rows with no visible key give o = 0, lse = 0.
+    pub fn forward(s: &AttnShape, q: &[f64], k: &[f64], v: &[f64], mask: Option<&[u32]>) -> (Vec<f64>, Vec<f64>) {
+        let (t, d, hq, hkv) = (s.seq, s.head_dim, s.heads, s.kv_heads);
+        let mut o = vec![0.0; s.batch * t * hq * d];
+        let mut lse = vec![0.0; s.batch * hq * t];
+        for b in 0..s.batch {
+            for h in 0..hq {
+                let c = h / (hq / hkv);
+                for i in 0..t {
+                    let Some((pr, l)) = probs(s, q, k, mask, (b, h, i)) else { continue };
+                    lse[(b * hq + h) * t + i] = l;
+                    let out = &mut o[((b * t + i) * hq + h) * d..][..d];
+                    for (j, &pj) in pr.iter().enumerate() {
+                        let vj = &v[((b * t + j) * hkv + c) * d..][..d];
+                        for (x, y) in out.iter_mut().zip(vj) {
+                            *x += pj * y;
+                        }
+                    }
+                }
+            }
+        }
+        (o, lse)
+    }
+
+    /// (dq, dk, dv) for upstream gradient `d_o`, by the textbook softmax backward.
+    pub fn backward(
+        s: &AttnShape,
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
+        mask: Option<&[u32]>,
+        d_o: &[f64],
+    ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+        let (t, d, hq, hkv) = (s.seq, s.head_dim, s.heads, s.kv_heads);
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut dq = vec![0.0; q.len()];
+        let mut dk = vec![0.0; k.len()];
+        let mut dv = vec![0.0; v.len()];
+        for b in 0..s.batch {
+            for h in 0..hq {
+                let c = h / (hq / hkv);
+                for i in 0..t {
+                    let Some((pr, _)) = probs(s, q, k, mask, (b, h, i)) else { continue };
+                    let qo = ((b * t + i) * hq + h) * d;
+                    let g = &d_o[qo..][..d];
+                    // dP_j = dO_i · v_j; dS_j = P_j (dP_j − Σ_l P_l dP_l)
+                    let dp: Vec<f64> = (0..t)
+                        .map(|j| {
+                            let vj = &v[((b * t + j) * hkv + c) * d..][..d];
+                            g.iter().zip(vj).map(|(x, y)| x * y).sum::<f64>()
+                        })
+                        .collect();
+                    let dot: f64 = pr.iter().zip(&dp).map(|(x, y)| x * y).sum();
+                    for j in 0..t {
+                        if pr[j] == 0.0 {
+                            continue;
+                        }
+                        let ds = pr[j] * (dp[j] - dot) * scale;
+                        let ko = ((b * t + j) * hkv + c) * d;
+                        for x in 0..d {
+                            dq[qo + x] += ds * k[ko + x];
+                            dk[ko + x] += ds * q[qo + x];
+                            dv[ko + x] += pr[j] * g[x];
+                        }
+                    }
+                }
+            }
+        }
+        (dq, dk, dv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu_test;
+    use crate::kernels::testutil::{assert_close, rel_err, Rng};
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| x as f64).collect()
+    }
+
+    fn shape(batch: usize, seq: usize, heads: usize, kv_heads: usize, head_dim: usize) -> AttnShape {
+        AttnShape { batch, seq, heads, kv_heads, head_dim }
+    }
+
+    /// Row 0 loses its first `left` positions to padding, every other row its last `right`.
+    fn padding(s: &AttnShape, left: usize, right: usize) -> Vec<u32> {
+        let t = s.seq;
+        (0..s.batch * t)
+            .map(|x| {
+                let (b, j) = (x / t, x % t);
+                let pad = if b == 0 { j < left } else { j + right >= t };
+                (!pad) as u32
+            })
+            .collect()
+    }
+
+    /// Inputs of one case, on the host and on the GPU.
+    struct Case {
+        s: AttnShape,
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        g: Vec<f32>,
+        mask: Option<Vec<u32>>,
+        t: [Tensor; 4],
+        tmask: Option<Tensor>,
+    }
+
+    fn case(gpu: &Gpu, s: AttnShape, mask: Option<Vec<u32>>, seed: u64) -> Case {
+        let mut rng = Rng::new(seed);
+        let (ql, kl) = (s.q_len(), s.kv_len());
+        // Amplitude 2 makes the softmax far from uniform.
+        let (q, k, v, g) = (rng.vec(ql, 2.0), rng.vec(kl, 2.0), rng.vec(kl, 1.0), rng.vec(ql, 1.0));
+        let up = |x: &[f32], cols: usize| gpu.upload_f32(x, &[s.batch * s.seq, cols], Category::Activations).unwrap();
+        let t = [
+            up(&q, s.heads * s.head_dim),
+            up(&k, s.kv_heads * s.head_dim),
+            up(&v, s.kv_heads * s.head_dim),
+            up(&g, s.heads * s.head_dim),
+        ];
+        let tmask = mask.as_ref().map(|m| gpu.upload_u32(m, &[s.batch * s.seq], Category::Activations).unwrap());
+        Case { s, q, k, v, g, mask, t, tmask }
+    }
+
+    fn assert_finite(what: &str, x: &[f32]) {
+        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+            panic!("{what}: non-finite value {} at {i}", x[i]);
+        }
+    }
+
+    /// Query rows (b, i) that see no key must give exact zeros in `x` (row stride `cols`).
+    fn assert_blind_rows_zero(what: &str, c: &Case, x: &[f32], cols: usize) {
+        let Some(m) = &c.mask else { return };
+        let t = c.s.seq;
+        for b in 0..c.s.batch {
+            for i in 0..t {
+                if (0..=i).all(|j| m[b * t + j] == 0) {
+                    let row = &x[(b * t + i) * cols..][..cols];
+                    assert!(row.iter().all(|&v| v == 0.0), "{what}: row {i} of batch {b} sees no key but is {row:?}");
+                }
+            }
+        }
+    }
+
+    /// Forward and backward of one case, split as `t` says, against the f64 reference.
+    async fn check(gpu: &Gpu, c: &Case, t: Tuning) {
+        let s = &c.s;
+        let name = format!("{s:?} mask {} {t:?}", c.mask.is_some());
+        let [q, k, v, g] = &c.t;
+        let o = gpu.zeros(&q.shape, DType::F32, Category::Activations).unwrap();
+        let lse = gpu.zeros(&[s.rows()], DType::F32, Category::Activations).unwrap();
+        // Poison the outputs: backward must overwrite, not accumulate.
+        let (dq, dk, dv) = (
+            gpu.upload_f32(&vec![7.0; s.q_len()], &q.shape, Category::Grads).unwrap(),
+            gpu.upload_f32(&vec![7.0; s.kv_len()], &k.shape, Category::Grads).unwrap(),
+            gpu.upload_f32(&vec![7.0; s.kv_len()], &v.shape, Category::Grads).unwrap(),
+        );
+        let m = c.tmask.as_ref();
+        if t.fwd == TUNING.fwd && t.dq == TUNING.dq && t.dkdv == TUNING.dkdv && t.wg == TUNING.wg {
+            attention_forward(gpu, s, q, k, v, m, &o, &lse);
+            attention_backward(gpu, s, q, k, v, &o, g, &lse, m, &dq, &dk, &dv).unwrap();
+        } else {
+            forward_with(gpu, s, q, k, v, m, &o, &lse, t);
+            backward_with(gpu, s, [q, k, v, &o, g, &lse], m, [&dq, &dk, &dv], t).unwrap();
+        }
+
+        let mh = c.mask.as_deref();
+        let (want_o, want_lse) = reference::forward(s, &f64s(&c.q), &f64s(&c.k), &f64s(&c.v), mh);
+        let (want_dq, want_dk, want_dv) =
+            reference::backward(s, &f64s(&c.q), &f64s(&c.k), &f64s(&c.v), mh, &f64s(&c.g));
+        let qc = s.heads * s.head_dim;
+        for (what, t, want) in [
+            ("o", &o, &want_o),
+            ("lse", &lse, &want_lse),
+            ("dq", &dq, &want_dq),
+            ("dk", &dk, &want_dk),
+            ("dv", &dv, &want_dv),
+        ] {
+            let got = gpu.read_f32(t).await.unwrap();
+            let what = format!("{what} {name}");
+            assert_finite(&what, &got);
+            assert_close(&what, &got, want, 1e-5, 1e-4);
+            assert!(rel_err(&got, want) < 1e-5, "{what}: rel err {:.3e}", rel_err(&got, want));
+            if t.shape == q.shape {
+                assert_blind_rows_zero(&what, c, &got, qc);
+            }
+        }
+    }
+
+    gpu_test!(async fn attention_gqa_left_and_right_padding(gpu) {
+        // D = 10: scalar path; row 0 has 3 fully masked query rows.
+        let s = shape(2, 13, 6, 2, 10);
+        check(gpu, &case(gpu, s, Some(padding(&s, 3, 2)), 1), TUNING).await;
+        // D = 8: vec4 path.
+        let s = shape(2, 13, 6, 2, 8);
+        check(gpu, &case(gpu, s, Some(padding(&s, 3, 2)), 2), TUNING).await;
+    });
+
+    gpu_test!(async fn attention_multi_head_equal_kv_heads(gpu) {
+        let s = shape(2, 13, 3, 3, 8);
+        check(gpu, &case(gpu, s, Some(padding(&s, 3, 2)), 3), TUNING).await;
+        let s = shape(1, 29, 4, 4, 6);
+        check(gpu, &case(gpu, s, None, 4), TUNING).await;
+    });
+
+    gpu_test!(async fn attention_no_mask_and_tiny(gpu) {
+        let s = shape(1, 37, 9, 3, 12);
+        check(gpu, &case(gpu, s, None, 5), TUNING).await;
+        let s = shape(1, 1, 1, 1, 4);
+        check(gpu, &case(gpu, s, None, 6), TUNING).await;
+        // One real token at the very end of a left-padded row, and a row that is all padding.
+        let s = shape(2, 5, 2, 1, 3);
+        check(gpu, &case(gpu, s, Some(vec![0, 0, 0, 0, 1, 0, 0, 0, 0, 0]), 7), TUNING).await;
+    });
+
+    gpu_test!(async fn attention_work_split_variants(gpu) {
+        // Other rows per invocation and workgroup sizes: block tails (T % rows != 0) and
+        // workgroups that straddle heads.
+        let s = shape(2, 13, 6, 2, 8);
+        let c = case(gpu, s, Some(padding(&s, 3, 2)), 8);
+        for (fwd, dq, dkdv, wg) in [(1, 1, 1, 8), (3, 3, 3, 16), (4, 4, 4, 64), (5, 2, 16, 32)] {
+            check(gpu, &c, Tuning { fwd, dq, dkdv, wg }).await;
+        }
+        let s = shape(1, 11, 2, 1, 5);
+        let c = case(gpu, s, Some(padding(&s, 0, 4)), 9);
+        for (fwd, dq, dkdv, wg) in [(1, 1, 1, 8), (4, 3, 4, 16)] {
+            check(gpu, &c, Tuning { fwd, dq, dkdv, wg }).await;
+        }
+    });
+
+    gpu_test!(async fn attention_backward_matches_finite_differences(gpu) {
+        // The reference backward against central differences of the reference forward, for
+        // the loss L = Σ o ∘ W (a random projection), then the GPU against the same numbers.
+        let s = shape(2, 4, 2, 1, 3);
+        let c = case(gpu, s, Some(vec![0, 1, 1, 1, 1, 1, 1, 0]), 10);
+        let mh = c.mask.as_deref();
+        let w = f64s(&c.g);
+        let loss = |q: &[f64], k: &[f64], v: &[f64]| -> f64 {
+            reference::forward(&s, q, k, v, mh).0.iter().zip(&w).map(|(a, b)| a * b).sum()
+        };
+        let (q, k, v) = (f64s(&c.q), f64s(&c.k), f64s(&c.v));
+        let (dq, dk, dv) = reference::backward(&s, &q, &k, &v, mh, &w);
+        let eps = 1e-6;
+        let fd = |which: usize| -> Vec<f64> {
+            let mut x = [q.clone(), k.clone(), v.clone()];
+            (0..x[which].len())
+                .map(|n| {
+                    let x0 = x[which][n];
+                    x[which][n] = x0 + eps;
+                    let up = loss(&x[0], &x[1], &x[2]);
+                    x[which][n] = x0 - eps;
+                    let down = loss(&x[0], &x[1], &x[2]);
+                    x[which][n] = x0;
+                    (up - down) / (2.0 * eps)
+                })
+                .collect()
+        };
+        for (what, got, n) in [("dq", &dq, 0), ("dk", &dk, 1), ("dv", &dv, 2)] {
+            let want = fd(n);
+            let got: Vec<f32> = got.iter().map(|&x| x as f32).collect();
+            assert_close(&format!("reference {what} vs finite differences"), &got, &want, 1e-6, 1e-5);
+        }
+        check(gpu, &c, TUNING).await;
+    });
+
+    gpu_test!(async fn attention_unroll_expands_nested_loops(gpu) {
+        let _ = gpu;
+        let src = "x; for (var r = 0u; r < 2u; r++) { // unroll\n a[r] = b.r; for (var n = 0u; n < 2u; n++) { // unroll\n c[r * 2u + n] = 1; } } y;";
+        let out: String = unroll(src).split_whitespace().collect();
+        assert_eq!(
+            out,
+            "x;{a[0u]=b.r;{c[0u*2u+0u]=1;}{c[0u*2u+1u]=1;}}{a[1u]=b.r;{c[1u*2u+0u]=1;}{c[1u*2u+1u]=1;}}y;"
+        );
+    });
+
+    /// CPU time of all this process's threads, in ms (Linux; 0 elsewhere).
+    #[cfg(not(target_arch = "wasm32"))]
+    fn cpu_ms() -> f64 {
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+        let ns: u64 = dir
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+            .filter_map(|t| t.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()))
+            .sum();
+        ns as f64 / 1e6
+    }
+
+    /// Times forward and backward at Qwen2.5-0.5B's and SmolLM2-135M's attention shapes, T = 256
+    /// (and T = 1024 with ATTN_BENCH_LONG=1). ATTN_BENCH="8/8/8/16,4/4/4/32" times those splits
+    /// (rows per invocation forward/dq/dkdv, workgroup size) instead of the default.
+    /// `XDG_RUNTIME_DIR=/tmp cargo test --lib kernels::attention::tests::attention_bench -- --ignored --nocapture`
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    #[ignore]
+    fn attention_bench() {
+        use crate::gpu::platform::{block_on, now_ms};
+        block_on(async {
+            let gpu = &crate::kernels::testutil::test_gpu().await;
+            println!("adapter: {}", gpu.info.adapter);
+            let long = std::env::var("ATTN_BENCH_LONG").is_ok();
+            let tunings: Vec<Tuning> = std::env::var("ATTN_BENCH")
+                .map(|v| {
+                    v.split(',')
+                        .map(|x| x.split('/').filter_map(|r| r.trim().parse().ok()).collect::<Vec<usize>>())
+                        .filter(|r| r.len() == 4 && !r.contains(&0))
+                        .map(|r| Tuning { fwd: r[0], dq: r[1], dkdv: r[2], wg: r[3] })
+                        .collect()
+                })
+                .unwrap_or_else(|_| vec![TUNING]);
+            // Pipeline creation (shader compilation) of the four kernels, per head size.
+            for d in [64, 128] {
+                let t0 = now_ms();
+                for (name, src, rows) in [
+                    ("fwd", FWD, TUNING.fwd),
+                    ("bwd_delta", BWD_DELTA, 1),
+                    ("bwd_dq", BWD_DQ, TUNING.dq),
+                    ("bwd_dkdv", BWD_DKDV, TUNING.dkdv),
+                ] {
+                    pipeline(gpu, name, src, d, rows, TUNING.wg);
+                }
+                gpu.sync().await.unwrap();
+                println!("D={d}: creating the 4 pipelines took {:.0} ms", now_ms() - t0);
+            }
+            let shapes = [shape(1, 256, 14, 2, 64), shape(1, 256, 9, 3, 64), shape(1, 1024, 14, 2, 64)];
+            for s in shapes.into_iter().take(if long { 3 } else { 2 }) {
+                let c = case(gpu, s, None, 11);
+                let [q, k, v, g] = &c.t;
+                let o = gpu.zeros(&q.shape, DType::F32, Category::Activations).unwrap();
+                let lse = gpu.zeros(&[s.rows()], DType::F32, Category::Activations).unwrap();
+                let dq = gpu.zeros(&q.shape, DType::F32, Category::Grads).unwrap();
+                let dk = gpu.zeros(&k.shape, DType::F32, Category::Grads).unwrap();
+                let dv = gpu.zeros(&v.shape, DType::F32, Category::Grads).unwrap();
+                // Multiply-adds per visible (query, key) pair and head dimension: 2 forward,
+                // 3 for dq and 4 for dk/dv (both recompute the scores).
+                let pairs = (s.batch * s.heads * s.seq * (s.seq + 1) / 2 * s.head_dim) as f64;
+                for t in &tunings {
+                    let t = *t;
+                    let reps = if s.seq > 512 { 3 } else { 8 };
+                    // Best wall and CPU time (all of lavapipe's threads; less disturbed by other
+                    // work on a shared machine) of: forward, delta + dq, dk/dv.
+                    let mut wall = [f64::MAX; 3];
+                    let mut cpu = [f64::MAX; 3];
+                    for _ in 0..reps {
+                        let mut stamps = vec![];
+                        gpu.sync().await.unwrap();
+                        stamps.push((now_ms(), cpu_ms()));
+                        forward_with(gpu, &s, q, k, v, None, &o, &lse, t);
+                        gpu.sync().await.unwrap();
+                        stamps.push((now_ms(), cpu_ms()));
+                        let stats = backward_stats(gpu, &s, &o, g, &lse, t).unwrap();
+                        backward_dq(gpu, &s, [q, k, v, g, &stats], None, &dq, t);
+                        gpu.sync().await.unwrap();
+                        stamps.push((now_ms(), cpu_ms()));
+                        backward_dkdv(gpu, &s, [q, k, v, g, &stats], None, &dk, &dv, t);
+                        gpu.sync().await.unwrap();
+                        stamps.push((now_ms(), cpu_ms()));
+                        for i in 0..3 {
+                            wall[i] = wall[i].min(stamps[i + 1].0 - stamps[i].0);
+                            cpu[i] = cpu[i].min(stamps[i + 1].1 - stamps[i].1);
+                        }
+                    }
+                    let gflops = |fma: f64, ms: f64| 2.0 * fma * pairs / ms / 1e6;
+                    println!(
+                        "T={} Hq={} Hkv={} D={} {t:?}: forward {:.1} ms ({:.1} GFLOP/s, cpu {:.1} ms), \
+                         backward {:.1} ms = dq {:.1} ({:.1} GFLOP/s, cpu {:.1}) + dkdv {:.1} ({:.1} GFLOP/s, cpu {:.1})",
+                        s.seq,
+                        s.heads,
+                        s.kv_heads,
+                        s.head_dim,
+                        wall[0],
+                        gflops(2.0, wall[0]),
+                        cpu[0],
+                        wall[1] + wall[2],
+                        wall[1],
+                        gflops(3.0, wall[1]),
+                        cpu[1],
+                        wall[2],
+                        gflops(4.0, wall[2]),
+                        cpu[2]
+                    );
+                }
+            }
+        });
+    }
+}

@@ -1,1 +1,579 @@
-//! (to be written)
+//! lm_head + cross-entropy, forward and backward, without ever materialising the (N, V) logits.
+//!
+//! The vocab table E (V, C) comes split by rows into chunks (the weight store's own chunks; a tied
+//! model passes the embedding's). Positions are taken in token chunks of at most `token_chunk` rows.
+//! For each (token chunk, vocab chunk) pair the logits block x_chunk·E_chunkᵀ is made with
+//! [`matmul_nt`] into one scratch of at most `token_chunk × chunk_rows` floats, then:
+//!
+//! - forward: an online log-sum-exp folds the block into each row's running (max, sum) and picks the
+//!   target's logit; after the last vocab chunk it writes lse and the row's loss term, and one small
+//!   kernel sums the terms into `loss[0]`.
+//! - backward: the block is recomputed, turned in place into dlogits = (softmax − onehot)·inv_count
+//!   using the saved lse, and [`matmul_nn`] accumulates dlogits·E_chunk into dx.
+//!
+//! Forward saves only lse (N) for backward: with it softmax = exp(logit − lse) is one exp per logit,
+//! so backward needs no second reduction pass.
+//!
+//! Sizes: with the defaults ([`DEFAULT_CHUNK_ROWS`] = 8192, [`DEFAULT_TOKEN_CHUNK`] = 1024) the
+//! logits scratch is at most 32 MiB, under every device's 128 MiB binding limit, and N ≤ 1024 takes
+//! one token chunk (x and dx are then used in place, with no row copies). `token_chunk` is an upper
+//! bound: it is lowered if the scratch would not fit one storage binding.
+
+use crate::gpu::{Category, DType, Gpu, GpuError, Tensor};
+use crate::kernels::matmul::{matmul_nn, matmul_nt};
+use crate::kernels::render;
+
+const LSE: &str = include_str!("cross_entropy_lse.wgsl");
+const SUM: &str = include_str!("cross_entropy_sum.wgsl");
+const DLOGITS: &str = include_str!("cross_entropy_dlogits.wgsl");
+const ROWS: &str = include_str!("cross_entropy_rows.wgsl");
+
+/// Rows per vocab chunk the weight store should cut the output table into.
+pub const DEFAULT_CHUNK_ROWS: usize = 8192;
+/// Default bound on tokens per chunk: N ≤ 1024 runs as one chunk, scratch ≤ 1024 × 8192 f32.
+pub const DEFAULT_TOKEN_CHUNK: usize = 1024;
+
+/// The output table split by rows (vocab) into chunks: each (rows_i, C), dtype F32/BF16/F16 (packed
+/// like matmul's B); every chunk but the last has `chunk_rows` rows. (Tied models pass the
+/// embedding's chunks.) The vocab chunking of the loss follows these chunks.
+pub struct VocabTable<'a> {
+    pub chunks: &'a [Tensor],
+    pub chunk_rows: usize,
+    pub vocab: usize,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct LseParams {
+    rows: u32,
+    cols: u32,
+    col0: u32,
+    row0: u32,
+    vocab: u32,
+    first: u32,
+    last: u32,
+    inv_count: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DlogitsParams {
+    rows: u32,
+    cols: u32,
+    col0: u32,
+    row0: u32,
+    vocab: u32,
+    inv_count: f32,
+    _p0: u32,
+    _p1: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RowsParams {
+    n: u32,
+    src_off: u32,
+    dst_off: u32,
+    beta: f32,
+}
+
+/// Shapes shared by forward and backward.
+struct Plan {
+    n: usize,
+    c: usize,
+    /// Rows per token chunk (≤ n).
+    tc: usize,
+    /// Rows of the largest vocab chunk.
+    max_rows: usize,
+}
+
+fn plan(gpu: &Gpu, x: &Tensor, table: &VocabTable, targets: &Tensor, lse: &Tensor, token_chunk: usize) -> Plan {
+    let (n, c) = (x.rows(), x.cols());
+    assert!(x.dtype == DType::F32, "lm_head_ce: x must be f32, got {:?}", x.dtype);
+    assert!(targets.numel() == n, "lm_head_ce: targets {:?} for x {:?}", targets.shape, x.shape);
+    assert!(lse.numel() == n && lse.dtype == DType::F32, "lm_head_ce: lse {:?} for x {:?}", lse.shape, x.shape);
+    assert!(!table.chunks.is_empty() && table.chunk_rows > 0, "lm_head_ce: empty vocab table");
+    let last = table.chunks.len() - 1;
+    for (i, e) in table.chunks.iter().enumerate() {
+        let ok = e.cols() == c
+            && if i < last { e.rows() == table.chunk_rows } else { e.rows() >= 1 && e.rows() <= table.chunk_rows };
+        assert!(ok, "lm_head_ce: vocab chunk {i} {:?} (chunk_rows {}, C {c})", e.shape, table.chunk_rows);
+    }
+    let total: usize = table.chunks.iter().map(|e| e.rows()).sum();
+    assert!(total == table.vocab, "lm_head_ce: chunks hold {total} rows, vocab is {}", table.vocab);
+    assert!(table.vocab < i32::MAX as usize, "lm_head_ce: vocab {} too large", table.vocab);
+    let max_rows = table.chunks.iter().map(|e| e.rows()).max().unwrap_or(1);
+    // Lower the token chunk until its logits block fits one storage binding.
+    let fit = (gpu.max_binding() as usize / (4 * max_rows)).max(1);
+    let tc = token_chunk.max(1).min(n.max(1)).min(fit);
+    Plan { n, c, tc, max_rows }
+}
+
+/// The same buffer seen with another shape (the buffer must be large enough).
+fn view(t: &Tensor, shape: &[usize]) -> Tensor {
+    let mut v = t.clone();
+    v.shape = shape.to_vec();
+    v
+}
+
+/// Per position lse = logsumexp(x·Eᵀ) and loss[0] = Σ over non-ignored positions of
+/// (lse − logit[target])·inv_count, with the full (N, V) logits never existing.
+///
+/// - x: (N, C) f32, the final normed hidden states of all N = B·T positions.
+/// - targets: (N) i32 (uploaded with `gpu.upload_u32` of the bit pattern), already shifted; ids
+///   outside [0, V) (−100, or unvalidated ones) are ignored.
+/// - inv_count: 1 / number of non-ignored positions, from the caller (pass 0 when there are none).
+/// - lse: (N) f32, written (saved for backward). loss: (1) f32, written.
+/// - token_chunk: upper bound on tokens per chunk ([`DEFAULT_TOKEN_CHUNK`]); the logits scratch
+///   is at most token_chunk × chunk_rows floats.
+///
+/// Errors only when a scratch buffer cannot be made; shape mismatches panic (caller bugs).
+#[allow(clippy::too_many_arguments)]
+pub fn lm_head_ce_forward(
+    gpu: &Gpu,
+    x: &Tensor,
+    table: &VocabTable,
+    targets: &Tensor,
+    inv_count: f32,
+    lse: &Tensor,
+    loss: &Tensor,
+    token_chunk: usize,
+) -> Result<(), GpuError> {
+    let pl = plan(gpu, x, table, targets, lse, token_chunk);
+    assert!(loss.numel() >= 1 && loss.dtype == DType::F32, "lm_head_ce_forward: loss {:?}", loss.shape);
+    if pl.n == 0 {
+        gpu.write_f32(loss, &[0.0]);
+        return Ok(());
+    }
+    let logits = gpu.zeros(&[pl.tc, pl.max_rows], DType::F32, Category::Scratch)?; // (tc, chunk_rows)
+    let state = gpu.zeros(&[pl.tc, 4], DType::F32, Category::Scratch)?; // (tc, 4): max, sum, target logit
+    let row_loss = gpu.zeros(&[pl.n], DType::F32, Category::Scratch)?; // (N)
+    let xbuf = if pl.tc < pl.n { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
+    let pipeline = gpu.pipeline("cross_entropy_lse", || LSE.to_string());
+    let last = table.chunks.len() - 1;
+    for t0 in (0..pl.n).step_by(pl.tc) {
+        let nt = pl.tc.min(pl.n - t0);
+        let xc = token_rows(gpu, x, xbuf.as_ref(), t0, nt, pl.c);
+        let mut v0 = 0;
+        for (i, e) in table.chunks.iter().enumerate() {
+            let rv = e.rows();
+            let block = view(&logits, &[nt, rv]);
+            matmul_nt(gpu, &xc, e, None, &block, 1.0, 0.0);
+            let p = LseParams {
+                rows: nt as u32,
+                cols: rv as u32,
+                col0: v0 as u32,
+                row0: t0 as u32,
+                vocab: table.vocab as u32,
+                first: (i == 0) as u32,
+                last: (i == last) as u32,
+                inv_count,
+            };
+            gpu.dispatch(
+                &pipeline,
+                bytemuck::bytes_of(&p),
+                &[&block, targets, &state, lse, &row_loss],
+                (nt as u32, 1, 1),
+            );
+            v0 += rv;
+        }
+    }
+    let pipeline = gpu.pipeline("cross_entropy_sum", || SUM.to_string());
+    let p = [pl.n as u32, 0, 0, 0];
+    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[&row_loss, loss], (1, 1, 1));
+    Ok(())
+}
+
+/// dx = beta·dx + Σ_chunks dlogits·E_chunk, with dlogits = (softmax − onehot(target))·inv_count
+/// (0 for ignored rows), recomputing each logits block from x and the forward's lse (N).
+/// Same arguments, chunking and scratch bound as [`lm_head_ce_forward`]; dx: (N, C) f32
+/// (not read when beta = 0).
+#[allow(clippy::too_many_arguments)]
+pub fn lm_head_ce_backward(
+    gpu: &Gpu,
+    x: &Tensor,
+    table: &VocabTable,
+    targets: &Tensor,
+    inv_count: f32,
+    lse: &Tensor,
+    dx: &Tensor,
+    beta: f32,
+    token_chunk: usize,
+) -> Result<(), GpuError> {
+    let pl = plan(gpu, x, table, targets, lse, token_chunk);
+    assert!(
+        dx.dtype == DType::F32 && dx.rows() == pl.n && dx.cols() == pl.c,
+        "lm_head_ce_backward: dx {:?} for x {:?}",
+        dx.shape,
+        x.shape
+    );
+    if pl.n == 0 {
+        return Ok(());
+    }
+    let logits = gpu.zeros(&[pl.tc, pl.max_rows], DType::F32, Category::Scratch)?; // (tc, chunk_rows)
+    let chunked = pl.tc < pl.n;
+    let xbuf = if chunked { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
+    let dxbuf = if chunked { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
+    let pipeline = gpu.pipeline("cross_entropy_dlogits", || DLOGITS.to_string());
+    for t0 in (0..pl.n).step_by(pl.tc) {
+        let nt = pl.tc.min(pl.n - t0);
+        let xc = token_rows(gpu, x, xbuf.as_ref(), t0, nt, pl.c);
+        // One token chunk: accumulate straight into dx. Several: into a (nt, C) scratch, added after.
+        let dxc = match &dxbuf {
+            Some(b) => view(b, &[nt, pl.c]),
+            None => view(dx, &[pl.n, pl.c]),
+        };
+        let mut v0 = 0;
+        for (i, e) in table.chunks.iter().enumerate() {
+            let rv = e.rows();
+            let block = view(&logits, &[nt, rv]);
+            matmul_nt(gpu, &xc, e, None, &block, 1.0, 0.0);
+            let p = DlogitsParams {
+                rows: nt as u32,
+                cols: rv as u32,
+                col0: v0 as u32,
+                row0: t0 as u32,
+                vocab: table.vocab as u32,
+                inv_count,
+                _p0: 0,
+                _p1: 0,
+            };
+            let groups = (nt * rv.div_ceil(4)).div_ceil(64) as u32;
+            gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[&block, targets, lse], (groups, 1, 1));
+            let b = if i > 0 {
+                1.0
+            } else if chunked {
+                0.0
+            } else {
+                beta
+            };
+            matmul_nn(gpu, &block, e, &dxc, 1.0, b);
+            v0 += rv;
+        }
+        if chunked {
+            copy_rows(gpu, &dxc, 0, dx, t0, nt, pl.c, beta);
+        }
+    }
+    Ok(())
+}
+
+/// x rows t0..t0+nt as an (nt, C) tensor: x itself when there is one token chunk, else a copy
+/// into `buf`.
+fn token_rows(gpu: &Gpu, x: &Tensor, buf: Option<&Tensor>, t0: usize, nt: usize, c: usize) -> Tensor {
+    match buf {
+        Some(b) => {
+            let v = view(b, &[nt, c]);
+            copy_rows(gpu, x, t0, &v, 0, nt, c, 0.0);
+            v
+        }
+        None => view(x, &[nt, c]),
+    }
+}
+
+/// dst rows dst_row0.. = src rows src_row0.. + beta·dst (rows × C, f32; dst not read when beta = 0).
+#[allow(clippy::too_many_arguments)]
+fn copy_rows(
+    gpu: &Gpu,
+    src: &Tensor,
+    src_row0: usize,
+    dst: &Tensor,
+    dst_row0: usize,
+    rows: usize,
+    c: usize,
+    beta: f32,
+) {
+    let w = if c % 4 == 0 { 4 } else { 1 };
+    let key = format!("cross_entropy_rows/{w}");
+    let pipeline = gpu.pipeline(&key, || render(ROWS, &[("ELEM", if w == 4 { "vec4<f32>" } else { "f32" }.into())]));
+    let p = RowsParams {
+        n: (rows * c / w) as u32,
+        src_off: (src_row0 * c / w) as u32,
+        dst_off: (dst_row0 * c / w) as u32,
+        beta,
+    };
+    let groups = (rows * c / w).div_ceil(4 * 64) as u32;
+    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[src, dst], (groups, 1, 1));
+}
+
+/// f64 references with the full logits, used by the tests.
+pub mod reference {
+    use crate::kernels::matmul::reference::{nn, nt};
+
+    /// Whether a target id is counted (ids outside [0, V) are ignored).
+    pub fn counted(t: i32, vocab: usize) -> bool {
+        t >= 0 && (t as usize) < vocab
+    }
+
+    /// lse (N) and loss = Σ_counted (lse − logit[target])·inv_count, for logits = x (N, C) · E (V, C)ᵀ.
+    pub fn forward(
+        x: &[f64],
+        e: &[f64],
+        targets: &[i32],
+        n: usize,
+        c: usize,
+        v: usize,
+        inv_count: f64,
+    ) -> (Vec<f64>, f64) {
+        let logits = nt(x, e, n, c, v);
+        let mut lse = vec![0.0; n];
+        let mut loss = 0.0;
+        for i in 0..n {
+            let row = &logits[i * v..(i + 1) * v];
+            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            lse[i] = m + row.iter().map(|l| (l - m).exp()).sum::<f64>().ln();
+            if counted(targets[i], v) {
+                loss += (lse[i] - row[targets[i] as usize]) * inv_count;
+            }
+        }
+        (lse, loss)
+    }
+
+    /// dx (N, C) = dlogits · E with dlogits = (softmax − onehot(target))·inv_count, 0 for ignored rows.
+    pub fn backward(x: &[f64], e: &[f64], targets: &[i32], n: usize, c: usize, v: usize, inv_count: f64) -> Vec<f64> {
+        let (lse, _) = forward(x, e, targets, n, c, v, inv_count);
+        let mut g = nt(x, e, n, c, v);
+        for i in 0..n {
+            for j in 0..v {
+                let k = i * v + j;
+                g[k] = if counted(targets[i], v) {
+                    ((g[k] - lse[i]).exp() - if j as i32 == targets[i] { 1.0 } else { 0.0 }) * inv_count
+                } else {
+                    0.0
+                };
+            }
+        }
+        nn(&g, e, n, v, c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu_test;
+    use crate::kernels::testutil::{assert_close, rel_err, round_to, Rng};
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| x as f64).collect()
+    }
+
+    /// A case: x (N, C), E (V, C) rounded to `dtype`, targets with ignored and out-of-range ids.
+    struct Case {
+        n: usize,
+        c: usize,
+        v: usize,
+        x: Vec<f32>,
+        e: Vec<f32>,
+        targets: Vec<i32>,
+        inv_count: f32,
+    }
+
+    impl Case {
+        fn new(n: usize, c: usize, v: usize, dtype: DType, seed: u64) -> Case {
+            let mut rng = Rng::new(seed);
+            let x = rng.vec(n * c, 1.0);
+            let e: Vec<f32> = rng.vec(v * c, 1.0).into_iter().map(|w| round_to(dtype, w)).collect();
+            let mut targets: Vec<i32> = (0..n).map(|_| rng.below(v as u64) as i32).collect();
+            // Ignored rows (-100, and an id past V that the caller failed to validate), ids on chunk edges.
+            let specials = [-100, 0, (v - 1) as i32, v as i32 + 5, 39, 40, -100];
+            for (i, t) in specials.iter().enumerate() {
+                if 3 * i < n {
+                    targets[3 * i] = (*t).min(v as i32 + 5);
+                }
+            }
+            let count = targets.iter().filter(|&&t| reference::counted(t, v)).count();
+            let inv_count = if count == 0 { 0.0 } else { 1.0 / count as f32 };
+            Case { n, c, v, x, e, targets, inv_count }
+        }
+
+        /// (lse, loss, dx) from the f64 reference.
+        fn reference(&self) -> (Vec<f64>, f64, Vec<f64>) {
+            let (x, e, ic) = (f64s(&self.x), f64s(&self.e), self.inv_count as f64);
+            let (lse, loss) = reference::forward(&x, &e, &self.targets, self.n, self.c, self.v, ic);
+            let dx = reference::backward(&x, &e, &self.targets, self.n, self.c, self.v, ic);
+            (lse, loss, dx)
+        }
+    }
+
+    /// Upload the case's table as chunks of `chunk_rows` rows.
+    fn upload_table(gpu: &Gpu, case: &Case, chunk_rows: usize, dtype: DType) -> Vec<Tensor> {
+        case.e
+            .chunks(chunk_rows * case.c)
+            .map(|rows| gpu.upload_f32_as(rows, &[rows.len() / case.c, case.c], dtype, Category::Weights).unwrap())
+            .collect()
+    }
+
+    fn upload_targets(gpu: &Gpu, targets: &[i32]) -> Tensor {
+        let bits: Vec<u32> = targets.iter().map(|&t| t as u32).collect();
+        gpu.upload_u32(&bits, &[targets.len()], Category::Activations).unwrap()
+    }
+
+    /// Run forward, then backward with `beta` onto `dx0`; return (lse, loss, dx).
+    async fn run(
+        gpu: &Gpu,
+        case: &Case,
+        chunk_rows: usize,
+        dtype: DType,
+        token_chunk: usize,
+        dx0: &[f32],
+        beta: f32,
+    ) -> (Vec<f32>, f32, Vec<f32>) {
+        let chunks = upload_table(gpu, case, chunk_rows, dtype);
+        let table = VocabTable { chunks: &chunks, chunk_rows, vocab: case.v };
+        let x = gpu.upload_f32(&case.x, &[case.n, case.c], Category::Activations).unwrap();
+        let targets = upload_targets(gpu, &case.targets);
+        let lse = gpu.upload_f32(&vec![f32::NAN; case.n], &[case.n], Category::Activations).unwrap();
+        let loss = gpu.upload_f32(&[f32::NAN], &[1], Category::Activations).unwrap();
+        let dx = gpu.upload_f32(dx0, &[case.n, case.c], Category::Activations).unwrap();
+        lm_head_ce_forward(gpu, &x, &table, &targets, case.inv_count, &lse, &loss, token_chunk).unwrap();
+        lm_head_ce_backward(gpu, &x, &table, &targets, case.inv_count, &lse, &dx, beta, token_chunk).unwrap();
+        let lse = gpu.read_f32(&lse).await.unwrap();
+        let loss = gpu.read_f32(&loss).await.unwrap()[0];
+        let dx = gpu.read_f32(&dx).await.unwrap();
+        (lse, loss, dx)
+    }
+
+    /// Compare against the reference; `dx0` is the incoming dx (NaN with beta = 0 checks it is not read).
+    async fn check(
+        gpu: &Gpu,
+        case: &Case,
+        chunk_rows: usize,
+        dtype: DType,
+        token_chunk: usize,
+        beta: f32,
+        dx0: &[f32],
+    ) {
+        let what = format!(
+            "N={} C={} V={} chunk={chunk_rows} tokens={token_chunk} {dtype:?} beta={beta}",
+            case.n, case.c, case.v
+        );
+        let (lse, loss, dx) = run(gpu, case, chunk_rows, dtype, token_chunk, dx0, beta).await;
+        let (want_lse, want_loss, mut want_dx) = case.reference();
+        for (w, d) in want_dx.iter_mut().zip(dx0) {
+            if beta != 0.0 {
+                *w += beta as f64 * *d as f64;
+            }
+        }
+        assert_close(&format!("lse {what}"), &lse, &want_lse, 1e-5, 1e-5);
+        assert_close(&format!("loss {what}"), &[loss], &[want_loss], 1e-6, 1e-5);
+        let scale = want_dx.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert_close(&format!("dx {what}"), &dx, &want_dx, 1e-5 * scale, 1e-4);
+        let re = rel_err(&dx, &want_dx);
+        assert!(re < 2e-5, "dx {what}: relative error {re:.3e}");
+        // Ignored rows get exactly zero gradient (with beta = 0).
+        if beta == 0.0 {
+            for (i, &t) in case.targets.iter().enumerate() {
+                if !reference::counted(t, case.v) {
+                    assert!(
+                        dx[i * case.c..(i + 1) * case.c].iter().all(|&g| g == 0.0),
+                        "dx {what}: ignored row {i} not zero"
+                    );
+                }
+            }
+        }
+    }
+
+    gpu_test!(async fn lm_head_ce_matches_reference(gpu) {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let case = Case::new(37, 29, 101, dtype, 11);
+            let nan = vec![f32::NAN; case.n * case.c];
+            // Token chunks of 16 (16, 16, 5: row copies) and one chunk of all 37 (x and dx in place).
+            check(gpu, &case, 40, dtype, 16, 0.0, &nan).await;
+            check(gpu, &case, 40, dtype, 64, 0.0, &nan).await;
+        }
+        // C a multiple of 4 (vector row copies), one vocab chunk, token chunks of 1.
+        let case = Case::new(9, 12, 41, DType::BF16, 5);
+        let nan = vec![f32::NAN; case.n * case.c];
+        check(gpu, &case, 64, DType::BF16, 1, 0.0, &nan).await;
+        check(gpu, &case, 8, DType::BF16, 4, 0.0, &nan).await;
+    });
+
+    gpu_test!(async fn lm_head_ce_backward_accumulates(gpu) {
+        let case = Case::new(37, 29, 101, DType::BF16, 23);
+        let dx0 = Rng::new(99).vec(case.n * case.c, 0.01);
+        for token_chunk in [16, 1024] {
+            check(gpu, &case, 40, DType::BF16, token_chunk, 1.0, &dx0).await;
+            check(gpu, &case, 40, DType::BF16, token_chunk, 0.5, &dx0).await;
+        }
+    });
+
+    gpu_test!(async fn lm_head_ce_finite_differences(gpu) {
+        // Tiny fixed case: N=4, C=5, V=7 in chunks of 3 (3, 3, 1), token chunks of 3 (3, 1).
+        let mut case = Case::new(4, 5, 7, DType::F32, 3);
+        case.targets = vec![2, -100, 6, 3];
+        case.inv_count = 1.0 / 3.0;
+        let (x, e, ic) = (f64s(&case.x), f64s(&case.e), case.inv_count as f64);
+        let loss_at = |x: &[f64]| reference::forward(x, &e, &case.targets, case.n, case.c, case.v, ic).1;
+        let h = 1e-5;
+        let fd: Vec<f64> = (0..x.len())
+            .map(|i| {
+                let (mut xp, mut xm) = (x.clone(), x.clone());
+                xp[i] += h;
+                xm[i] -= h;
+                (loss_at(&xp) - loss_at(&xm)) / (2.0 * h)
+            })
+            .collect();
+        let want = reference::backward(&x, &e, &case.targets, case.n, case.c, case.v, ic);
+        let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+        assert_close("reference dx vs finite differences", &want32, &fd, 1e-7, 1e-6);
+        let (_, _, dx) = run(gpu, &case, 3, DType::F32, 3, &[0.0; 20], 0.0).await;
+        assert_close("dx vs finite differences", &dx, &fd, 1e-6, 1e-5);
+    });
+
+    /// forward + backward at SmolLM2-135M's lm_head: N=256, C=576, V=49152 bf16 in chunks of 8192.
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    #[ignore]
+    fn bench_lm_head_ce_smollm() {
+        use crate::gpu::platform::{block_on, now_ms};
+        block_on(async {
+            let gpu = &crate::kernels::testutil::test_gpu().await;
+            let (n, c, v, rows) = (256, 576, 49152, DEFAULT_CHUNK_ROWS);
+            let mut rng = Rng::new(1);
+            let chunks: Vec<Tensor> = (0..v / rows)
+                .map(|_| {
+                    gpu.upload_f32_as(&rng.vec(rows * c, 0.05), &[rows, c], DType::BF16, Category::Weights).unwrap()
+                })
+                .collect();
+            let table = VocabTable { chunks: &chunks, chunk_rows: rows, vocab: v };
+            let x = gpu.upload_f32(&rng.vec(n * c, 1.0), &[n, c], Category::Activations).unwrap();
+            let t: Vec<i32> = (0..n).map(|i| if i % 17 == 0 { -100 } else { rng.below(v as u64) as i32 }).collect();
+            let targets = upload_targets(gpu, &t);
+            let inv = 1.0 / t.iter().filter(|&&t| t >= 0).count() as f32;
+            let lse = gpu.zeros(&[n], DType::F32, Category::Activations).unwrap();
+            let loss = gpu.zeros(&[1], DType::F32, Category::Activations).unwrap();
+            let dx = gpu.zeros(&[n, c], DType::F32, Category::Activations).unwrap();
+            for round in 0..3 {
+                gpu.sync().await.unwrap();
+                let t0 = now_ms();
+                lm_head_ce_forward(gpu, &x, &table, &targets, inv, &lse, &loss, DEFAULT_TOKEN_CHUNK).unwrap();
+                gpu.sync().await.unwrap();
+                let t1 = now_ms();
+                lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse, &dx, 0.0, DEFAULT_TOKEN_CHUNK).unwrap();
+                gpu.sync().await.unwrap();
+                let t2 = now_ms();
+                let l = gpu.read_f32(&loss).await.unwrap()[0];
+                println!(
+                    "round {round}: forward {:.0} ms, backward {:.0} ms, total {:.0} ms (loss {l:.4})",
+                    t1 - t0,
+                    t2 - t1,
+                    t2 - t0
+                );
+            }
+            // The matmuls alone, to see what the loss kernels add.
+            let block = gpu.zeros(&[n, rows], DType::F32, Category::Scratch).unwrap();
+            gpu.sync().await.unwrap();
+            let t0 = now_ms();
+            for e in &chunks {
+                matmul_nt(gpu, &x, e, None, &block, 1.0, 0.0);
+            }
+            gpu.sync().await.unwrap();
+            let t1 = now_ms();
+            for e in &chunks {
+                matmul_nn(gpu, &block, e, &dx, 1.0, 1.0);
+            }
+            gpu.sync().await.unwrap();
+            let t2 = now_ms();
+            println!("matmuls alone: x·Eᵀ {:.0} ms, dlogits·E {:.0} ms ({})", t1 - t0, t2 - t1, gpu.info.adapter);
+        });
+    }
+}

@@ -125,6 +125,64 @@ fn load8(fname: &str, arr: &str, len: &str, stride: &str, dtype: DType, aligned:
     }
 }
 
+/// `var acc0..acc15: vec4<f32>`: row i of the 8×8 block is (acc{2i}, acc{2i+1}). Named
+/// variables, not an array, so the compiler keeps them in registers.
+fn acc_decl() -> String {
+    (0..16).map(|i| format!("    var acc{i} = vec4<f32>(0.0);\n")).collect()
+}
+
+fn store_rows() -> String {
+    (0..8).map(|i| format!("    store_row(m0 + {i}u, n0, acc{}, acc{});\n", 2 * i, 2 * i + 1)).collect()
+}
+
+/// NT inner step: 8 rows of A and 8 rows of B, 4 values each; 64 dot products.
+fn body_nt() -> String {
+    let mut s = String::new();
+    for i in 0..8 {
+        s += &format!("        let a{i} = load_a4(m0 + {i}u, k);\n");
+    }
+    for j in 0..8 {
+        s += &format!("        let b{j} = load_b4(n0 + {j}u, k);\n");
+    }
+    for i in 0..8 {
+        s += &format!(
+            "        acc{} += vec4<f32>(dot(a{i}, b0), dot(a{i}, b1), dot(a{i}, b2), dot(a{i}, b3));\n        acc{} += vec4<f32>(dot(a{i}, b4), dot(a{i}, b5), dot(a{i}, b6), dot(a{i}, b7));\n",
+            2 * i,
+            2 * i + 1
+        );
+    }
+    s
+}
+
+/// NN inner step: 8 rows of A (4 values each) times 4 rows of B (8 values each).
+fn body_nn() -> String {
+    let mut s = String::new();
+    for i in 0..8 {
+        s += &format!("        let a{i} = load_a4(m0 + {i}u, k);\n");
+    }
+    s += "        var blo: vec4<f32>; var bhi: vec4<f32>;\n";
+    for (kk, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+        // A is zero past K, so a clamped row of B adds nothing.
+        s += &format!("        load_b8(min(k + {kk}u, p.K - 1u), n0, &blo, &bhi);\n");
+        for i in 0..8 {
+            s += &format!("        acc{} += a{i}.{comp} * blo; acc{} += a{i}.{comp} * bhi;\n", 2 * i, 2 * i + 1);
+        }
+    }
+    s
+}
+
+/// TN inner step: outer product of 8 values of row k of A and 8 of row k of B.
+fn body_tn() -> String {
+    let mut s = String::from(
+        "        var alo: vec4<f32>; var ahi: vec4<f32>; var blo: vec4<f32>; var bhi: vec4<f32>;\n        load_a8(k, m0, &alo, &ahi);\n        load_b8(k, n0, &blo, &bhi);\n",
+    );
+    for i in 0..8 {
+        let (v, comp) = if i < 4 { ("alo", ["x", "y", "z", "w"][i]) } else { ("ahi", ["x", "y", "z", "w"][i - 4]) };
+        s += &format!("        acc{} += {v}.{comp} * blo; acc{} += {v}.{comp} * bhi;\n", 2 * i, 2 * i + 1);
+    }
+    s
+}
+
 fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) {
     assert!(ok, "{what}: {}", detail());
 }
@@ -155,6 +213,9 @@ pub fn matmul_nt(gpu: &Gpu, a: &Tensor, b: &Tensor, bias: Option<&Tensor>, c: &T
                 ("UNPACK", unpack_fns(b.dtype).into()),
                 ("LOAD_A", la),
                 ("LOAD_B", lb),
+                ("ACC_DECL", acc_decl()),
+                ("BODY", body_nt()),
+                ("STORE", store_rows()),
             ],
         )
     });
@@ -198,6 +259,9 @@ pub fn matmul_nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
                 ("UNPACK", unpack_fns(b.dtype).into()),
                 ("LOAD_A", la),
                 ("LOAD_B8", lb),
+                ("ACC_DECL", acc_decl()),
+                ("BODY", body_nn()),
+                ("STORE", store_rows()),
             ],
         )
     });
@@ -231,7 +295,18 @@ pub fn matmul_tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
     let pipeline = gpu.pipeline(&key, || {
         let (la, ae) = load8("load_a8", "a", "p.M", "p.M", DType::F32, a_vec);
         let (lb, be) = load8("load_b8", "b", "p.N", "p.N", DType::F32, b_vec);
-        render(TN, &[("A_ELEM", ae.into()), ("B_ELEM", be.into()), ("LOAD_A8", la), ("LOAD_B8", lb)])
+        render(
+            TN,
+            &[
+                ("A_ELEM", ae.into()),
+                ("B_ELEM", be.into()),
+                ("LOAD_A8", la),
+                ("LOAD_B8", lb),
+                ("ACC_DECL", acc_decl()),
+                ("BODY", body_tn()),
+                ("STORE", store_rows()),
+            ],
+        )
     });
     let p = Params { m: m as u32, n: n as u32, k: k as u32, ldb: 0, alpha, beta, has_bias: 0, _pad: 0 };
     gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[a, b, c], grid(m, n));

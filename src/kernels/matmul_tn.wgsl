@@ -15,34 +15,27 @@ struct Params {
 {{LOAD_A8}}
 {{LOAD_B8}}
 
+fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    if (m >= p.M) { return; }
+    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    for (var j = 0u; j < 8u; j++) {
+        let n = n0 + j;
+        if (n >= p.N) { return; }
+        var r = p.alpha * v[j];
+        let idx = m * p.N + n;
+        if (p.beta != 0.0) { r += p.beta * c[idx]; }
+        c[idx] = r;
+    }
+}
+
 @compute @workgroup_size(8, 8)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let m0 = gid.y * 8u;
     let n0 = gid.x * 8u;
     if (m0 >= p.M || n0 >= p.N) { return; }
-    var acc: array<vec4<f32>, 16>;
+{{ACC_DECL}}
     for (var k = 0u; k < p.K; k++) {
-        var alo: vec4<f32>; var ahi: vec4<f32>;
-        var blo: vec4<f32>; var bhi: vec4<f32>;
-        load_a8(k, m0, &alo, &ahi);
-        load_b8(k, n0, &blo, &bhi);
-        for (var i = 0u; i < 4u; i++) {
-            acc[2u * i] += alo[i] * blo;
-            acc[2u * i + 1u] += alo[i] * bhi;
-            acc[2u * (i + 4u)] += ahi[i] * blo;
-            acc[2u * (i + 4u) + 1u] += ahi[i] * bhi;
-        }
+{{BODY}}
     }
-    for (var i = 0u; i < 8u; i++) {
-        let m = m0 + i;
-        if (m >= p.M) { break; }
-        for (var j = 0u; j < 8u; j++) {
-            let n = n0 + j;
-            if (n >= p.N) { break; }
-            var v = p.alpha * acc[2u * i + j / 4u][j % 4u];
-            let idx = m * p.N + n;
-            if (p.beta != 0.0) { v += p.beta * c[idx]; }
-            c[idx] = v;
-        }
-    }
+{{STORE}}
 }

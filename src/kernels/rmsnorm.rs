@@ -1,1 +1,216 @@
-//! (to be written)
+//! RMSNorm with HF semantics, y = w · (x · rsqrt(mean(x²) + eps)), all in f32.
+//!
+//! Forward saves only rstd (one f32 per row) for backward; the norm weight is frozen, so
+//! backward produces dx alone. One workgroup per row with a workgroup reduction; vec4 loads
+//! when C % 4 == 0, scalar otherwise.
+
+use crate::gpu::{DType, Gpu, Tensor};
+use crate::kernels::render;
+
+const FWD: &str = include_str!("rmsnorm_fwd.wgsl");
+const BWD: &str = include_str!("rmsnorm_bwd.wgsl");
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    c: u32,
+    l: u32,
+    /// eps (forward) or beta (backward)
+    scalar: f32,
+}
+
+/// Element type, its horizontal sum, and the row length in that type.
+fn variant(c: usize) -> (&'static str, &'static str, usize) {
+    if c % 4 == 0 {
+        ("vec4<f32>", "dot(v, vec4<f32>(1.0))", c / 4)
+    } else {
+        ("f32", "v", c)
+    }
+}
+
+fn pipeline(gpu: &Gpu, name: &str, src: &str, c: usize) -> (std::sync::Arc<wgpu::ComputePipeline>, usize) {
+    let (ty, hsum, l) = variant(c);
+    let p = gpu.pipeline(&format!("{name}/{ty}"), || render(src, &[("T", ty.into()), ("HSUM", hsum.into())]));
+    (p, l)
+}
+
+fn all_f32(ts: &[&Tensor]) -> bool {
+    ts.iter().all(|t| t.dtype == DType::F32)
+}
+
+/// y (N, C) = w (C) · x (N, C) · rstd, saving rstd (N) = 1 / sqrt(mean(x²) + eps) for backward.
+pub fn rmsnorm_forward(gpu: &Gpu, x: &Tensor, w: &Tensor, eps: f32, y: &Tensor, rstd: &Tensor) {
+    let (n, c) = (x.rows(), x.cols());
+    assert!(
+        w.numel() == c && y.rows() == n && y.cols() == c && rstd.numel() == n && all_f32(&[x, w, y, rstd]),
+        "rmsnorm_forward: x {:?} w {:?} y {:?} rstd {:?} (want x, y (N, C), w (C), rstd (N), all f32)",
+        x.shape,
+        w.shape,
+        y.shape,
+        rstd.shape
+    );
+    if n == 0 || c == 0 {
+        return;
+    }
+    let (pipe, l) = pipeline(gpu, "rmsnorm_fwd", FWD, c);
+    let p = Params { n: n as u32, c: c as u32, l: l as u32, scalar: eps };
+    gpu.dispatch(&pipe, bytemuck::bytes_of(&p), &[x, w, y, rstd], (n as u32, 1, 1));
+}
+
+/// dx (N, C) = β·dx + ∂y/∂x applied to dy (N, C), given x (N, C), w (C) and the forward's rstd (N).
+/// β = 1 accumulates into a residual gradient; β = 0 overwrites dx (even if it held NaN).
+pub fn rmsnorm_backward(gpu: &Gpu, dy: &Tensor, x: &Tensor, w: &Tensor, rstd: &Tensor, dx: &Tensor, beta: f32) {
+    let (n, c) = (x.rows(), x.cols());
+    assert!(
+        dy.rows() == n
+            && dy.cols() == c
+            && dx.rows() == n
+            && dx.cols() == c
+            && w.numel() == c
+            && rstd.numel() == n
+            && all_f32(&[dy, x, w, rstd, dx]),
+        "rmsnorm_backward: dy {:?} x {:?} w {:?} rstd {:?} dx {:?} (want dy, x, dx (N, C), w (C), rstd (N), all f32)",
+        dy.shape,
+        x.shape,
+        w.shape,
+        rstd.shape,
+        dx.shape
+    );
+    if n == 0 || c == 0 {
+        return;
+    }
+    let (pipe, l) = pipeline(gpu, "rmsnorm_bwd", BWD, c);
+    let p = Params { n: n as u32, c: c as u32, l: l as u32, scalar: beta };
+    gpu.dispatch(&pipe, bytemuck::bytes_of(&p), &[dy, x, w, rstd, dx], (n as u32, 1, 1));
+}
+
+/// f64 references (row-major).
+pub mod reference {
+    /// (y (N, C), rstd (N))
+    pub fn forward(x: &[f64], w: &[f64], n: usize, c: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
+        let mut y = vec![0.0; n * c];
+        let mut rstd = vec![0.0; n];
+        for i in 0..n {
+            let row = &x[i * c..(i + 1) * c];
+            let r = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / c as f64 + eps).sqrt();
+            rstd[i] = r;
+            for j in 0..c {
+                y[i * c + j] = w[j] * row[j] * r;
+            }
+        }
+        (y, rstd)
+    }
+    /// dx (N, C) = r·w·dy − (r³/C)·x·Σⱼ dyⱼ·wⱼ·xⱼ
+    pub fn backward(dy: &[f64], x: &[f64], w: &[f64], n: usize, c: usize, eps: f64) -> Vec<f64> {
+        let (_, rstd) = forward(x, w, n, c, eps);
+        let mut dx = vec![0.0; n * c];
+        for i in 0..n {
+            let r = rstd[i];
+            let s: f64 = (0..c).map(|j| dy[i * c + j] * w[j] * x[i * c + j]).sum();
+            for j in 0..c {
+                dx[i * c + j] = r * w[j] * dy[i * c + j] - r * r * r / c as f64 * x[i * c + j] * s;
+            }
+        }
+        dx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::Category;
+    use crate::gpu_test;
+    use crate::kernels::testutil::{assert_close, Rng};
+
+    const EPS: f32 = 1e-6;
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| x as f64).collect()
+    }
+
+    fn inputs(n: usize, c: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let mut rng = Rng::new((n * 100 + c) as u64);
+        let x = rng.vec(n * c, 2.0);
+        let w: Vec<f32> = rng.vec(c, 0.5).into_iter().map(|v| 1.0 + v).collect();
+        let dy = rng.vec(n * c, 1.0);
+        (x, w, dy)
+    }
+
+    const SHAPES: [(usize, usize); 4] = [(37, 53), (37, 52), (2, 3), (3, 200)];
+
+    gpu_test!(async fn rmsnorm_forward_shapes(gpu) {
+        for (n, c) in SHAPES {
+            let (x, w, _) = inputs(n, c);
+            let tx = gpu.upload_f32(&x, &[n, c], Category::Activations).unwrap();
+            let tw = gpu.upload_f32(&w, &[c], Category::Weights).unwrap();
+            let ty = gpu.zeros(&[n, c], DType::F32, Category::Activations).unwrap();
+            let tr = gpu.zeros(&[n], DType::F32, Category::Activations).unwrap();
+            rmsnorm_forward(gpu, &tx, &tw, EPS, &ty, &tr);
+            let (want_y, want_r) = reference::forward(&f64s(&x), &f64s(&w), n, c, EPS as f64);
+            assert_close(&format!("rmsnorm y {n}x{c}"), &gpu.read_f32(&ty).await.unwrap(), &want_y, 1e-5, 1e-5);
+            assert_close(&format!("rmsnorm rstd {n}x{c}"), &gpu.read_f32(&tr).await.unwrap(), &want_r, 1e-5, 1e-5);
+        }
+    });
+
+    gpu_test!(async fn rmsnorm_backward_shapes(gpu) {
+        for (n, c) in SHAPES {
+            for beta in [0.0f32, 1.0] {
+                let (x, w, dy) = inputs(n, c);
+                let mut rng = Rng::new(7);
+                // beta = 0 must overwrite whatever dx held, NaN included.
+                let dx0: Vec<f32> = if beta == 0.0 { vec![f32::NAN; n * c] } else { rng.vec(n * c, 1.0) };
+                let tx = gpu.upload_f32(&x, &[n, c], Category::Activations).unwrap();
+                let tw = gpu.upload_f32(&w, &[c], Category::Weights).unwrap();
+                let tdy = gpu.upload_f32(&dy, &[n, c], Category::Grads).unwrap();
+                let tdx = gpu.upload_f32(&dx0, &[n, c], Category::Grads).unwrap();
+                let ty = gpu.zeros(&[n, c], DType::F32, Category::Activations).unwrap();
+                let tr = gpu.zeros(&[n], DType::F32, Category::Activations).unwrap();
+                rmsnorm_forward(gpu, &tx, &tw, EPS, &ty, &tr);
+                rmsnorm_backward(gpu, &tdy, &tx, &tw, &tr, &tdx, beta);
+                let mut want = reference::backward(&f64s(&dy), &f64s(&x), &f64s(&w), n, c, EPS as f64);
+                if beta != 0.0 {
+                    for (w, d) in want.iter_mut().zip(&dx0) {
+                        *w += beta as f64 * *d as f64;
+                    }
+                }
+                let got = gpu.read_f32(&tdx).await.unwrap();
+                assert_close(&format!("rmsnorm dx {n}x{c} beta={beta}"), &got, &want, 1e-5, 1e-4);
+            }
+        }
+    });
+
+    // The backward formula against central differences of the f64 forward, L = Σ dy·y.
+    gpu_test!(async fn rmsnorm_backward_finite_diff(gpu) {
+        let (n, c) = (2, 5);
+        let (x, w, dy) = inputs(n, c);
+        let (xd, wd, dyd) = (f64s(&x), f64s(&w), f64s(&dy));
+        let eps = EPS as f64;
+        let loss = |x: &[f64]| -> f64 {
+            let (y, _) = reference::forward(x, &wd, n, c, eps);
+            y.iter().zip(&dyd).map(|(a, b)| a * b).sum()
+        };
+        let h = 1e-6;
+        let fd: Vec<f64> = (0..n * c)
+            .map(|i| {
+                let (mut xp, mut xm) = (xd.clone(), xd.clone());
+                xp[i] += h;
+                xm[i] -= h;
+                (loss(&xp) - loss(&xm)) / (2.0 * h)
+            })
+            .collect();
+        let want = reference::backward(&dyd, &xd, &wd, n, c, eps);
+        let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+        assert_close("rmsnorm reference backward vs finite differences", &want32, &fd, 1e-6, 1e-6);
+
+        let tx = gpu.upload_f32(&x, &[n, c], Category::Activations).unwrap();
+        let tw = gpu.upload_f32(&w, &[c], Category::Weights).unwrap();
+        let tdy = gpu.upload_f32(&dy, &[n, c], Category::Grads).unwrap();
+        let tdx = gpu.zeros(&[n, c], DType::F32, Category::Grads).unwrap();
+        let ty = gpu.zeros(&[n, c], DType::F32, Category::Activations).unwrap();
+        let tr = gpu.zeros(&[n], DType::F32, Category::Activations).unwrap();
+        rmsnorm_forward(gpu, &tx, &tw, EPS, &ty, &tr);
+        rmsnorm_backward(gpu, &tdy, &tx, &tw, &tr, &tdx, 0.0);
+        assert_close("rmsnorm GPU dx vs finite differences", &gpu.read_f32(&tdx).await.unwrap(), &fd, 1e-5, 1e-5);
+    });
+}

@@ -1,2 +1,166 @@
 //! The transformer: weight layout on the GPU, LoRA adapters, the block forward
 //! and its MeSP backward, and the whole-model loss and gradients.
+
+pub mod block;
+pub mod layout;
+pub mod lora;
+pub mod weights;
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::formats::batch::Batch;
+use crate::gpu::{Category, DType, Gpu, Tensor};
+use crate::kernels::attention::AttnShape;
+use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, VocabTable};
+use crate::kernels::embedding::embedding_forward;
+use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
+use crate::kernels::rope::{rope_table, RopeTable};
+use crate::store::Checkpoint;
+use block::{block_backward, block_forward, BlockCtx};
+use lora::{Lora, LoraSet};
+use weights::ModelWeights;
+
+/// Tokens per chunk of the lm_head + cross-entropy (scratch = this × vocab chunk rows floats).
+pub const CE_TOKEN_CHUNK: usize = 256;
+
+/// A batch on the GPU.
+pub struct StepInput {
+    pub batch: usize,
+    pub seq: usize,
+    /// ids: (B*T) u32
+    pub ids: Tensor,
+    /// targets: (B*T) i32, already shifted; -100 = ignored
+    pub targets: Tensor,
+    /// mask: (B*T) u32, None when nothing is padded
+    pub mask: Option<Tensor>,
+    /// 1 / number of non-ignored targets
+    pub inv_count: f32,
+}
+
+pub struct Model {
+    pub cfg: ModelConfig,
+    pub weights: ModelWeights,
+    rope: std::sync::Mutex<Option<std::sync::Arc<RopeTable>>>,
+}
+
+impl Model {
+    pub fn load(gpu: &Gpu, ckpt: &Checkpoint) -> Result<Model> {
+        let weights = ModelWeights::load(gpu, ckpt)?;
+        Ok(Model { cfg: ckpt.config().clone(), weights, rope: std::sync::Mutex::new(None) })
+    }
+
+    fn rope_for(&self, gpu: &Gpu, seq: usize) -> Result<std::sync::Arc<RopeTable>> {
+        let mut guard = self.rope.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = guard.as_ref() {
+            if t.seq == seq {
+                return Ok(t.clone());
+            }
+        }
+        let t = std::sync::Arc::new(rope_table(gpu, seq, self.cfg.head_dim, self.cfg.rope_theta)?);
+        *guard = Some(t.clone());
+        Ok(t)
+    }
+
+    /// Upload a validated batch.
+    pub fn prepare(&self, gpu: &Gpu, batch: &Batch) -> Result<StepInput> {
+        let n = batch.rows * batch.seq;
+        let (targets, count) = batch.shifted_targets();
+        if count == 0 {
+            return Err(Error::msg("batch: no position has a label (all labels are -100)"));
+        }
+        let ids = gpu.upload_u32(&batch.input_ids, &[n], Category::Activations)?;
+        let tbits: Vec<u32> = targets.iter().map(|&t| t as u32).collect();
+        let targets = gpu.upload_u32(&tbits, &[n], Category::Activations)?;
+        let mask = match &batch.attention_mask {
+            Some(m) if m.iter().any(|&v| v == 0) => Some(gpu.upload_u32(m, &[n], Category::Activations)?),
+            _ => None,
+        };
+        Ok(StepInput { batch: batch.rows, seq: batch.seq, ids, targets, mask, inv_count: 1.0 / count as f32 })
+    }
+
+    fn attn_shape(&self, input: &StepInput) -> AttnShape {
+        AttnShape {
+            batch: input.batch,
+            seq: input.seq,
+            heads: self.cfg.heads,
+            kv_heads: self.cfg.kv_heads,
+            head_dim: self.cfg.head_dim,
+        }
+    }
+
+    fn vocab_table(&self) -> VocabTable<'_> {
+        let t = self.weights.output_table();
+        VocabTable { chunks: &t.chunks, chunk_rows: t.chunk_rows, vocab: self.cfg.vocab }
+    }
+
+    /// Mean cross-entropy of the batch, and (when `grads` is given) the LoRA
+    /// gradients accumulated (+=) into it, with the MeSP schedule: only block
+    /// inputs are kept through the forward; each block is recomputed in backward.
+    pub async fn loss_and_grads(
+        &self,
+        gpu: &Gpu,
+        lora: &Lora,
+        grads: Option<&LoraSet>,
+        input: &StepInput,
+    ) -> Result<f32> {
+        let cfg = &self.cfg;
+        let n = input.batch * input.seq;
+        let rope = self.rope_for(gpu, input.seq)?;
+        let ctx = BlockCtx {
+            cfg,
+            attn: self.attn_shape(input),
+            rope: &rope,
+            mask: input.mask.as_ref(),
+            scale: lora.scale(),
+        };
+        let x0 = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Checkpoints)?;
+        embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, &input.ids, &x0);
+        // Forward, keeping only each block's input.
+        let mut checkpoints: Vec<Tensor> = Vec::with_capacity(cfg.layers + 1);
+        let mut x = x0;
+        for (i, w) in self.weights.layers.iter().enumerate() {
+            let (y, _) = block_forward(gpu, &ctx, w, Some(&lora.params.layers[i]), &x, false)?;
+            let y = retag(gpu, y, Category::Checkpoints)?;
+            checkpoints.push(std::mem::replace(&mut x, y));
+        }
+        let xf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
+        let rstd = gpu.zeros(&[n], DType::F32, Category::Activations)?;
+        rmsnorm_forward(gpu, &x, &self.weights.norm, cfg.rms_norm_eps as f32, &xf, &rstd);
+        let lse = gpu.zeros(&[n], DType::F32, Category::Activations)?;
+        let loss_t = gpu.zeros(&[1], DType::F32, Category::Scratch)?;
+        let table = self.vocab_table();
+        lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)?;
+        let Some(grads) = grads else {
+            return Ok(gpu.read_f32(&loss_t).await?[0]);
+        };
+
+        // Backward.
+        let dxf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
+        lm_head_ce_backward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &dxf, 0.0, CE_TOKEN_CHUNK)?;
+        drop((xf, lse));
+        let mut dx = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
+        rmsnorm_backward(gpu, &dxf, &x, &self.weights.norm, &rstd, &dx, 0.0);
+        drop((dxf, rstd, x));
+        for i in (0..cfg.layers).rev() {
+            let xin = checkpoints.pop().ok_or_else(|| Error::msg("missing checkpoint"))?;
+            dx = block_backward(
+                gpu,
+                &ctx,
+                &self.weights.layers[i],
+                &lora.params.layers[i],
+                &grads.layers[i],
+                &xin,
+                dx,
+            )?;
+        }
+        Ok(gpu.read_f32(&loss_t).await?[0])
+    }
+}
+
+/// Account a tensor under another category (block outputs become checkpoints).
+fn retag(gpu: &Gpu, t: Tensor, cat: Category) -> Result<Tensor> {
+    if t.category() == cat {
+        return Ok(t);
+    }
+    Ok(gpu.retag(t, cat))
+}

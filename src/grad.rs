@@ -1,0 +1,39 @@
+//! `webtune grad`: the loss and LoRA gradients of one batch, as a library call
+//! shared by the CLI and the tests (native and browser).
+
+use crate::error::{Error, Result};
+use crate::formats::batch::Batch;
+use crate::formats::peft::Adapter;
+use crate::gpu::{Category, Gpu};
+use crate::model::lora::{read_set, Lora};
+use crate::model::Model;
+use crate::store::Checkpoint;
+
+/// Loss and gradients keyed like the adapter's tensors.
+pub struct GradResult {
+    pub loss: f32,
+    /// (PEFT key, shape, values)
+    pub grads: Vec<(String, Vec<usize>, Vec<f32>)>,
+}
+
+impl GradResult {
+    /// The `webtune grad` output file: `loss` (f32, [1]) and one gradient per adapter key.
+    pub fn to_safetensors(&self) -> Vec<u8> {
+        let mut all = vec![("loss".to_string(), vec![1], vec![self.loss])];
+        all.extend(self.grads.iter().cloned());
+        crate::formats::peft::write_f32_safetensors(&all)
+    }
+}
+
+/// Load the model and adapter, run forward and the MeSP backward on `batch_json`.
+pub async fn compute_grads(gpu: &Gpu, ckpt: &Checkpoint, adapter: &Adapter, batch_json: &str) -> Result<GradResult> {
+    crate::model::layout::validate(ckpt)?;
+    let model = Model::load(gpu, ckpt)?;
+    let lora = Lora::from_adapter(gpu, &model.cfg, adapter)?;
+    let batch = Batch::from_json(batch_json, model.cfg.vocab).map_err(|e| Error::msg(e.to_string()))?;
+    let input = model.prepare(gpu, &batch)?;
+    let grads = lora.zeros_like(gpu, Category::Grads)?;
+    let loss = model.loss_and_grads(gpu, &lora, Some(&grads), &input).await?;
+    let grads = read_set(gpu, &grads).await?;
+    Ok(GradResult { loss, grads })
+}

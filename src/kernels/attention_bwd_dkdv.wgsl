@@ -1,0 +1,93 @@
+// Attention backward, step 3: for key j of kv head c, summed over the G query heads h of its
+// group and the query rows i >= j that see it:
+//   dv_j = Σ P_ij dO_i,    dk_j = scale · Σ P_ij (dO_i·v_j − delta_i) q_i,
+// with P_ij = exp(scale · q_i·k_j − lse_i) recomputed row by row (no atomics, no T×T storage).
+// One invocation per R consecutive key rows of one (batch, kv head). Loops marked `// unroll`
+// are expanded by the launcher.
+alias V = {{V}};
+const N: u32 = {{N}}u;      // V values per head row (D / width)
+const R: u32 = {{R}}u;      // key rows per invocation
+
+struct Params { B: u32, T: u32, H: u32, HKV: u32, G: u32, has_mask: u32, scale: f32, nblk: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<V>;                // q: (B*T, H*D)
+@group(0) @binding(2) var<storage, read> k: array<V>;                // k: (B*T, HKV*D)
+@group(0) @binding(3) var<storage, read> v: array<V>;                // v: (B*T, HKV*D)
+@group(0) @binding(4) var<storage, read> d_o: array<V>;              // dO: (B*T, H*D)
+@group(0) @binding(5) var<storage, read> stats: array<vec2<f32>>;    // (lse, delta): (B, H, T)
+@group(0) @binding(6) var<storage, read> mask: array<u32>;           // mask: (B*T), read only if has_mask
+@group(0) @binding(7) var<storage, read_write> dk: array<V>;         // dk: (B*T, HKV*D)
+@group(0) @binding(8) var<storage, read_write> dv: array<V>;         // dv: (B*T, HKV*D)
+
+fn dotv(a: V, b: V) -> f32 { {{DOT}} }
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let idx = (wid.x + wid.y * nwg.x) * {{WG}}u + li;    // (b, c, block), block fastest
+    if (idx >= p.B * p.HKV * p.nblk) { return; }
+    let blk = idx % p.nblk;         // first keys first: they are seen by the most rows
+    let c = (idx / p.nblk) % p.HKV;
+    let b = idx / (p.nblk * p.HKV);
+    let j0 = blk * R;
+
+    var kr: array<V, {{RN}}>;     // scale · k rows, row r at r * N
+    var vr: array<V, {{RN}}>;     // v rows
+    var ak: array<V, {{RN}}>;     // dk rows / scale
+    var av: array<V, {{RN}}>;     // dv rows
+    var vis: array<bool, R>;      // key j0 + r exists and is not padding
+    var first = p.T;              // the first query row any of these keys is visible to
+    for (var r = 0u; r < {{R}}u; r++) { // unroll
+        let j = min(j0 + r, p.T - 1u);
+        let base = ((b * p.T + j) * p.HKV + c) * N;
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            kr[r * N + n] = k[base + n] * p.scale;
+            vr[r * N + n] = v[base + n];
+        }
+        vis[r] = j0 + r < p.T && (p.has_mask == 0u || mask[b * p.T + j] != 0u);
+        if (vis[r]) { first = min(first, j0 + r); }
+    }
+    for (var g = 0u; g < p.G; g++) {
+        let h = c * p.G + g;
+        for (var i = first; i < p.T; i++) {
+            let st = stats[(b * p.H + h) * p.T + i];    // (lse, delta)
+            let qb = ((b * p.T + i) * p.H + h) * N;
+            var s: array<f32, R>;     // scores
+            var dp: array<f32, R>;    // dO_i · v_j
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                let qq = q[qb + n];
+                let gg = d_o[qb + n];
+                for (var r = 0u; r < {{R}}u; r++) { // unroll
+                    s[r] += dotv(kr[r * N + n], qq);
+                    dp[r] += dotv(vr[r * N + n], gg);
+                }
+            }
+            var pr: array<f32, R>;    // P, 0 where row i does not see key j0 + r
+            var ds: array<f32, R>;    // dS / scale
+            for (var r = 0u; r < {{R}}u; r++) { // unroll
+                if (vis[r] && i >= j0 + r) {
+                    pr[r] = exp(s[r] - st.x);
+                    ds[r] = pr[r] * (dp[r] - st.y);
+                }
+            }
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                let qq = q[qb + n];
+                let gg = d_o[qb + n];
+                for (var r = 0u; r < {{R}}u; r++) { // unroll
+                    ak[r * N + n] += ds[r] * qq;
+                    av[r * N + n] += pr[r] * gg;
+                }
+            }
+        }
+    }
+    for (var r = 0u; r < {{R}}u; r++) { // unroll
+        let j = j0 + r;
+        if (j < p.T) {
+            let base = ((b * p.T + j) * p.HKV + c) * N;
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                dk[base + n] = ak[r * N + n] * p.scale;
+                dv[base + n] = av[r * N + n];
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+// Attention backward, step 2: dq_i = scale · Σ_j P_ij (dO_i·v_j − delta_i) k_j, with
+// P_ij = exp(scale · q_i·k_j − lse_i) recomputed key by key (nothing of size T×T stored).
+// One invocation per R consecutive query rows of one (batch, head). Loops marked `// unroll`
+// are expanded by the launcher.
+alias V = {{V}};
+const N: u32 = {{N}}u;      // V values per head row (D / width)
+const R: u32 = {{R}}u;      // query rows per invocation
+
+struct Params { B: u32, T: u32, H: u32, HKV: u32, G: u32, has_mask: u32, scale: f32, nblk: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<V>;                // q: (B*T, H*D)
+@group(0) @binding(2) var<storage, read> k: array<V>;                // k: (B*T, HKV*D)
+@group(0) @binding(3) var<storage, read> v: array<V>;                // v: (B*T, HKV*D)
+@group(0) @binding(4) var<storage, read> d_o: array<V>;              // dO: (B*T, H*D)
+@group(0) @binding(5) var<storage, read> stats: array<vec2<f32>>;    // (lse, delta): (B, H, T)
+@group(0) @binding(6) var<storage, read> mask: array<u32>;           // mask: (B*T), read only if has_mask
+@group(0) @binding(7) var<storage, read_write> dq: array<V>;         // dq: (B*T, H*D)
+
+fn dotv(a: V, b: V) -> f32 { {{DOT}} }
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let idx = (wid.x + wid.y * nwg.x) * {{WG}}u + li;    // (b, h, block), block fastest
+    if (idx >= p.B * p.H * p.nblk) { return; }
+    // Last rows first: they see the most keys, and lavapipe's threads take workgroups in order.
+    let blk = p.nblk - 1u - idx % p.nblk;
+    let h = (idx / p.nblk) % p.H;
+    let b = idx / (p.nblk * p.H);
+    let kvh = h / p.G;
+    let i0 = blk * R;
+
+    var qr: array<V, {{RN}}>;     // scale · q rows, row r at r * N
+    var gr: array<V, {{RN}}>;     // dO rows
+    var acc: array<V, {{RN}}>;    // dq rows / scale
+    var st: array<vec2<f32>, R>;  // (lse, delta) of each row
+    for (var r = 0u; r < {{R}}u; r++) { // unroll
+        let i = min(i0 + r, p.T - 1u);
+        let base = ((b * p.T + i) * p.H + h) * N;
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            qr[r * N + n] = q[base + n] * p.scale;
+            gr[r * N + n] = d_o[base + n];
+        }
+        st[r] = stats[(b * p.H + h) * p.T + i];
+    }
+    let jend = min(i0 + R, p.T);
+    for (var j = 0u; j < jend; j++) {
+        if (p.has_mask != 0u && mask[b * p.T + j] == 0u) { continue; }
+        let kb = ((b * p.T + j) * p.HKV + kvh) * N;
+        var s: array<f32, R>;     // scores
+        var dp: array<f32, R>;    // dO_i · v_j
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            let kk = k[kb + n];
+            let vv = v[kb + n];
+            for (var r = 0u; r < {{R}}u; r++) { // unroll
+                s[r] += dotv(qr[r * N + n], kk);
+                dp[r] += dotv(gr[r * N + n], vv);
+            }
+        }
+        var ds: array<f32, R>;    // dS / scale, 0 where key j comes after row r
+        for (var r = 0u; r < {{R}}u; r++) { // unroll
+            if (j <= i0 + r) { ds[r] = exp(s[r] - st[r].x) * (dp[r] - st[r].y); }
+        }
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            let kk = k[kb + n];
+            for (var r = 0u; r < {{R}}u; r++) { // unroll
+                acc[r * N + n] += ds[r] * kk;
+            }
+        }
+    }
+    for (var r = 0u; r < {{R}}u; r++) { // unroll
+        let i = i0 + r;
+        if (i < p.T) {
+            let base = ((b * p.T + i) * p.H + h) * N;
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                dq[base + n] = acc[r * N + n] * p.scale;
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+// Causal GQA attention forward, flash style: o = softmax(scale · q·kᵀ + causal/padding mask) · v.
+// One invocation per R consecutive query rows of one (batch, head); keys are streamed one at a
+// time through an online softmax, so nothing of size T×T exists. Saves lse for the backward.
+// V is vec4<f32> when D % 4 == 0, else f32; N values of V make one head row of D floats.
+// Loops marked `// unroll` are expanded by the launcher, so the per-invocation arrays are
+// indexed by constants and stay in registers.
+alias V = {{V}};
+const N: u32 = {{N}}u;      // V values per head row (D / width)
+const R: u32 = {{R}}u;      // query rows per invocation
+
+struct Params {
+    B: u32, T: u32,
+    H: u32,        // query heads
+    HKV: u32,      // key/value heads
+    G: u32,        // H / HKV: query heads per kv head
+    has_mask: u32,
+    scale: f32,    // 1 / sqrt(D)
+    nblk: u32,     // ceil(T / R)
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<V>;            // q: (B*T, H*D)
+@group(0) @binding(2) var<storage, read> k: array<V>;            // k: (B*T, HKV*D)
+@group(0) @binding(3) var<storage, read> v: array<V>;            // v: (B*T, HKV*D)
+@group(0) @binding(4) var<storage, read> mask: array<u32>;       // mask: (B*T), read only if has_mask
+@group(0) @binding(5) var<storage, read_write> o: array<V>;      // o: (B*T, H*D)
+@group(0) @binding(6) var<storage, read_write> lse: array<f32>;  // lse: (B, H, T)
+
+fn dotv(a: V, b: V) -> f32 { {{DOT}} }
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let idx = (wid.x + wid.y * nwg.x) * {{WG}}u + li;    // (b, h, block), block fastest
+    if (idx >= p.B * p.H * p.nblk) { return; }
+    // Last rows first: they see the most keys, and lavapipe's threads take workgroups in order.
+    let blk = p.nblk - 1u - idx % p.nblk;
+    let h = (idx / p.nblk) % p.H;
+    let b = idx / (p.nblk * p.H);
+    let kvh = h / p.G;
+    let i0 = blk * R;
+
+    var qr: array<V, {{RN}}>;    // scale · q rows, row r at r * N
+    var acc: array<V, {{RN}}>;   // unnormalised output rows
+    var m: array<f32, R>;        // running max of the scores
+    var l: array<f32, R>;        // running sum of exp(score - m)
+    for (var r = 0u; r < {{R}}u; r++) { // unroll
+        let base = ((b * p.T + min(i0 + r, p.T - 1u)) * p.H + h) * N;
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            qr[r * N + n] = q[base + n] * p.scale;
+        }
+        m[r] = -1e30;
+    }
+    let jend = min(i0 + R, p.T);
+    for (var j = 0u; j < jend; j++) {
+        if (p.has_mask != 0u && mask[b * p.T + j] == 0u) { continue; }
+        let kb = ((b * p.T + j) * p.HKV + kvh) * N;
+        var s: array<f32, R>;
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            let kk = k[kb + n];
+            for (var r = 0u; r < {{R}}u; r++) { // unroll
+                s[r] += dotv(qr[r * N + n], kk);
+            }
+        }
+        var pr: array<f32, R>;    // exp(s - new max), 0 where key j comes after row r
+        var cr: array<f32, R>;    // rescale factor of the old accumulator
+        for (var r = 0u; r < {{R}}u; r++) { // unroll
+            cr[r] = 1.0;
+            if (j <= i0 + r) {
+                let mn = max(m[r], s[r]);
+                cr[r] = exp(m[r] - mn);
+                pr[r] = exp(s[r] - mn);
+                l[r] = l[r] * cr[r] + pr[r];
+                m[r] = mn;
+            }
+        }
+        for (var n = 0u; n < {{N}}u; n++) { // unroll
+            let vv = v[kb + n];
+            for (var r = 0u; r < {{R}}u; r++) { // unroll
+                acc[r * N + n] = acc[r * N + n] * cr[r] + pr[r] * vv;
+            }
+        }
+    }
+    for (var r = 0u; r < {{R}}u; r++) { // unroll
+        let i = i0 + r;
+        if (i < p.T) {
+            // A row with no visible key has l = 0: it gets o = 0 and lse = 0 (never read).
+            let seen = l[r] > 0.0;
+            let inv = select(0.0, 1.0 / l[r], seen);
+            let base = ((b * p.T + i) * p.H + h) * N;
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                o[base + n] = acc[r * N + n] * inv;
+            }
+            lse[(b * p.H + h) * p.T + i] = select(0.0, m[r] + log(max(l[r], 1e-30)), seen);
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! One decoder block: forward, and the MeSP backward.
+//!
+//! Forward (HF Qwen2/Llama):
+//!   xn1 = rmsnorm(x); q,k,v = LoRA-linear(xn1); rope(q, k); o = attn(q, k, v)
+//!   h = x + LoRA-linear_o(o); xn2 = rmsnorm(h); m = silu(gate(xn2)) · up(xn2); y = h + down(m)
+//!
+//! MeSP: during training only the block input x is kept (a checkpoint). The
+//! backward recomputes the block forward from x, keeping the intermediates
+//! ([`Saved`]), then walks back through them, dropping each as soon as its
+//! last use is recorded. LoRA's h = x·Aᵀ is never stored: it is recomputed in
+//! [`lora_linear_backward`] (r ≪ in makes that cheap).
+
+use crate::config::ModelConfig;
+use crate::error::Result;
+use crate::gpu::{Category, DType, Gpu, Tensor};
+use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
+use crate::kernels::elementwise::axpy;
+use crate::kernels::matmul::{matmul_nn, matmul_nt, matmul_tn};
+use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
+use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
+use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
+use crate::model::layout::Proj;
+use crate::model::lora::LoraPair;
+use crate::model::weights::{LayerWeights, Linear};
+
+/// Everything a block needs besides its weights.
+pub struct BlockCtx<'a> {
+    pub cfg: &'a ModelConfig,
+    pub attn: AttnShape,
+    pub rope: &'a RopeTable,
+    /// mask: (B*T) u32, 1 = token, 0 = padding; None when there is no padding
+    pub mask: Option<&'a Tensor>,
+    /// LoRA scale s = alpha / r
+    pub scale: f32,
+}
+
+impl BlockCtx<'_> {
+    fn rows(&self) -> usize {
+        self.attn.batch * self.attn.seq
+    }
+}
+
+fn act(gpu: &Gpu, shape: &[usize]) -> Result<Tensor> {
+    Ok(gpu.zeros(shape, DType::F32, Category::Activations)?)
+}
+
+/// y (N, out) = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ; the thin h = x·Aᵀ lives only inside this call.
+pub fn lora_linear_forward(
+    gpu: &Gpu,
+    x: &Tensor,
+    lin: &Linear,
+    lora: Option<&LoraPair>,
+    s: f32,
+    y: &Tensor,
+) -> Result<()> {
+    matmul_nt(gpu, x, &lin.w, lin.b.as_ref(), y, 1.0, 0.0);
+    if let Some(l) = lora {
+        let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
+        matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
+        matmul_nt(gpu, &h, &l.b, None, y, s, 1.0);
+    }
+    Ok(())
+}
+
+/// dx (N, in) = beta·dx + dy·W + s·(dy·B)·A, and (accumulated, +=) dB += s·dyᵀ·h, dA += s·gᵀ·x
+/// with g = dy·B and h = x·Aᵀ recomputed here (MeSP: h is never kept from forward).
+pub fn lora_linear_backward(
+    gpu: &Gpu,
+    dy: &Tensor,
+    x: &Tensor,
+    lin: &Linear,
+    lora: Option<(&LoraPair, &LoraPair)>,
+    s: f32,
+    dx: &Tensor,
+    beta: f32,
+) -> Result<()> {
+    matmul_nn(gpu, dy, &lin.w, dx, 1.0, beta);
+    if let Some((p, g)) = lora {
+        let n = dy.rows();
+        let r = p.a.rows();
+        let gt = act(gpu, &[n, r])?; // g: (N, r)
+        matmul_nn(gpu, dy, &p.b, &gt, 1.0, 0.0);
+        matmul_nn(gpu, &gt, &p.a, dx, s, 1.0);
+        matmul_tn(gpu, &gt, x, &g.a, s, 1.0);
+        drop(gt);
+        let h = act(gpu, &[n, r])?; // h: (N, r), recomputed
+        matmul_nt(gpu, x, &p.a, None, &h, 1.0, 0.0);
+        matmul_tn(gpu, dy, &h, &g.b, s, 1.0);
+    }
+    Ok(())
+}
+
+/// The intermediates of one block that its backward reads (all (N, ·) f32).
+pub struct Saved {
+    pub xn1: Tensor,  // (N, C) rmsnorm(x)
+    pub rstd1: Tensor, // (N)
+    pub q: Tensor,    // (N, Hq*D) after RoPE
+    pub k: Tensor,    // (N, Hkv*D) after RoPE
+    pub v: Tensor,    // (N, Hkv*D)
+    pub o: Tensor,    // (N, Hq*D) attention output
+    pub lse: Tensor,  // (B*Hq*T) attention log-sum-exp
+    pub h: Tensor,    // (N, C) residual after attention
+    pub xn2: Tensor,  // (N, C) rmsnorm(h)
+    pub rstd2: Tensor, // (N)
+    pub g: Tensor,    // (N, F) gate
+    pub u: Tensor,    // (N, F) up
+    pub m: Tensor,    // (N, F) silu(g)·u
+}
+
+type LoraRow<'a> = Option<&'a [Option<LoraPair>]>;
+
+fn pick<'a>(row: LoraRow<'a>, p: Proj) -> Option<&'a LoraPair> {
+    row.and_then(|r| r[p as usize].as_ref())
+}
+
+/// y = block(x). With `keep`, also returns the intermediates for the backward.
+pub fn block_forward(
+    gpu: &Gpu,
+    ctx: &BlockCtx,
+    w: &LayerWeights,
+    lora: LoraRow,
+    x: &Tensor,
+    keep: bool,
+) -> Result<(Tensor, Option<Saved>)> {
+    let cfg = ctx.cfg;
+    let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
+    let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+    let s = ctx.scale;
+
+    let xn1 = act(gpu, &[n, c])?;
+    let rstd1 = act(gpu, &[n])?;
+    rmsnorm_forward(gpu, x, &w.input_norm, cfg.rms_norm_eps as f32, &xn1, &rstd1);
+    let (q, k, v) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
+    lora_linear_forward(gpu, &xn1, w.linear(Proj::Q), pick(lora, Proj::Q), s, &q)?;
+    lora_linear_forward(gpu, &xn1, w.linear(Proj::K), pick(lora, Proj::K), s, &k)?;
+    lora_linear_forward(gpu, &xn1, w.linear(Proj::V), pick(lora, Proj::V), s, &v)?;
+    rope_forward(gpu, &q, cfg.heads, ctx.rope);
+    rope_forward(gpu, &k, cfg.kv_heads, ctx.rope);
+    let o = act(gpu, &[n, qd])?;
+    let lse = gpu.zeros(&[ctx.attn.batch * cfg.heads * ctx.attn.seq], DType::F32, Category::Activations)?;
+    attention_forward(gpu, &ctx.attn, &q, &k, &v, ctx.mask, &o, &lse);
+
+    let h = act(gpu, &[n, c])?;
+    lora_linear_forward(gpu, &o, w.linear(Proj::O), pick(lora, Proj::O), s, &h)?;
+    axpy(gpu, 1.0, x, &h);
+    let xn2 = act(gpu, &[n, c])?;
+    let rstd2 = act(gpu, &[n])?;
+    rmsnorm_forward(gpu, &h, &w.post_norm, cfg.rms_norm_eps as f32, &xn2, &rstd2);
+    let (g, u) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
+    lora_linear_forward(gpu, &xn2, w.linear(Proj::Gate), pick(lora, Proj::Gate), s, &g)?;
+    lora_linear_forward(gpu, &xn2, w.linear(Proj::Up), pick(lora, Proj::Up), s, &u)?;
+    let m = act(gpu, &[n, f])?;
+    swiglu_forward(gpu, &g, &u, &m);
+    let y = act(gpu, &[n, c])?;
+    lora_linear_forward(gpu, &m, w.linear(Proj::Down), pick(lora, Proj::Down), s, &y)?;
+    axpy(gpu, 1.0, &h, &y);
+    let saved = keep.then_some(Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m });
+    Ok((y, saved))
+}
+
+/// MeSP backward of one block: recompute from the checkpoint `x`, then return dx
+/// given dy (consumed: its buffer becomes dx). LoRA gradients are accumulated (+=) into `grads`.
+pub fn block_backward(
+    gpu: &Gpu,
+    ctx: &BlockCtx,
+    w: &LayerWeights,
+    lora: &[Option<LoraPair>],
+    grads: &[Option<LoraPair>],
+    x: &Tensor,
+    dy: Tensor,
+) -> Result<Tensor> {
+    let cfg = ctx.cfg;
+    let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
+    let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+    let s = ctx.scale;
+    let both = |p: Proj| match (&lora[p as usize], &grads[p as usize]) {
+        (Some(a), Some(b)) => Some((a, b)),
+        _ => None,
+    };
+    let (_, saved) = block_forward(gpu, ctx, w, Some(lora), x, true)?;
+    let Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m } =
+        saved.ok_or_else(|| crate::error::Error::msg("block_forward kept nothing"))?;
+
+    // MLP: y = h + down(silu(g)·u)
+    let dm = act(gpu, &[n, f])?;
+    lora_linear_backward(gpu, &dy, &m, w.linear(Proj::Down), both(Proj::Down), s, &dm, 0.0)?;
+    drop(m);
+    let (dg, du) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
+    swiglu_backward(gpu, &dm, &g, &u, &dg, &du);
+    drop((dm, g, u));
+    let dxn2 = act(gpu, &[n, c])?;
+    lora_linear_backward(gpu, &dg, &xn2, w.linear(Proj::Gate), both(Proj::Gate), s, &dxn2, 0.0)?;
+    lora_linear_backward(gpu, &du, &xn2, w.linear(Proj::Up), both(Proj::Up), s, &dxn2, 1.0)?;
+    drop((dg, du, xn2));
+    let dh = dy; // dh = dy + rmsnorm'(dxn2)
+    rmsnorm_backward(gpu, &dxn2, &h, &w.post_norm, &rstd2, &dh, 1.0);
+    drop((dxn2, h, rstd2));
+
+    // Attention: h = x + o_proj(attn(rope(q), rope(k), v))
+    let d_o = act(gpu, &[n, qd])?;
+    lora_linear_backward(gpu, &dh, &o, w.linear(Proj::O), both(Proj::O), s, &d_o, 0.0)?;
+    let (dq, dk, dv) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
+    attention_backward(gpu, &ctx.attn, &q, &k, &v, &o, &d_o, &lse, ctx.mask, &dq, &dk, &dv)?;
+    drop((q, k, v, o, d_o, lse));
+    rope_backward(gpu, &dq, cfg.heads, ctx.rope);
+    rope_backward(gpu, &dk, cfg.kv_heads, ctx.rope);
+    let dxn1 = act(gpu, &[n, c])?;
+    lora_linear_backward(gpu, &dq, &xn1, w.linear(Proj::Q), both(Proj::Q), s, &dxn1, 0.0)?;
+    lora_linear_backward(gpu, &dk, &xn1, w.linear(Proj::K), both(Proj::K), s, &dxn1, 1.0)?;
+    lora_linear_backward(gpu, &dv, &xn1, w.linear(Proj::V), both(Proj::V), s, &dxn1, 1.0)?;
+    drop((dq, dk, dv, xn1));
+    let dx = dh; // dx = dh + rmsnorm'(dxn1)
+    rmsnorm_backward(gpu, &dxn1, x, &w.input_norm, &rstd1, &dx, 1.0);
+    Ok(dx)
+}

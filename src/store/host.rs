@@ -1,0 +1,77 @@
+//! Tensors in host memory as read from a safetensors file: f32, or 16-bit bit
+//! patterns (bf16, f16) kept as stored so they can be uploaded packed.
+
+use crate::gpu::DType;
+use safetensors::Dtype;
+
+/// Element data; 16-bit types hold the raw bit patterns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    BF16(Vec<u16>),
+    F16(Vec<u16>),
+}
+
+/// A tensor in host memory: shape in PyTorch order, row-major data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: HostData,
+}
+
+impl HostTensor {
+    /// An f32 tensor (the caller keeps `data.len() == shape.product()`).
+    pub fn from_f32(shape: &[usize], data: Vec<f32>) -> HostTensor {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        HostTensor { shape: shape.to_vec(), data: HostData::F32(data) }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self.data {
+            HostData::F32(_) => DType::F32,
+            HostData::BF16(_) => DType::BF16,
+            HostData::F16(_) => DType::F16,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The values widened (or copied) to f32.
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.data {
+            HostData::F32(v) => v.clone(),
+            HostData::BF16(b) => b.iter().map(|&x| half::bf16::from_bits(x).to_f32()).collect(),
+            HostData::F16(b) => b.iter().map(|&x| half::f16::from_bits(x).to_f32()).collect(),
+        }
+    }
+
+    /// The same tensor as f32 (no copy when it already is).
+    pub fn into_f32(self) -> HostTensor {
+        match self.data {
+            HostData::F32(_) => self,
+            _ => HostTensor { data: HostData::F32(self.to_f32()), shape: self.shape },
+        }
+    }
+}
+
+/// Decode the little-endian bytes of one safetensors tensor; F64 is narrowed to
+/// F32. `None` for a dtype the engine does not read.
+pub(crate) fn decode(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Option<HostTensor> {
+    let data = match dtype {
+        Dtype::F32 => {
+            HostData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        }
+        Dtype::F64 => HostData::F32(
+            bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
+                .collect(),
+        ),
+        Dtype::BF16 => HostData::BF16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
+        Dtype::F16 => HostData::F16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
+        _ => return None,
+    };
+    Some(HostTensor { shape: shape.to_vec(), data })
+}

@@ -1,0 +1,147 @@
+//! Loss and LoRA gradients of the committed PyTorch + PEFT fixtures
+//! (scripts/make-fixtures.py, float64 reference) against the engine's, natively
+//! (lavapipe) and in headless Chromium (WebGPU on SwiftShader).
+//!
+//! When scripts/test.sh has first computed the native losses, it passes them in
+//! `WEBTUNE_NATIVE_LOSSES` ("name=loss,..."), and the browser run also checks
+//! that its loss equals the native one within 1e-5 relative.
+
+use std::collections::HashMap;
+use webtune::formats::peft::Adapter;
+use webtune::gpu::Gpu;
+use webtune::grad::{compute_grads, GradResult};
+use webtune::store::Checkpoint;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+struct Fixture {
+    name: &'static str,
+    model_files: Vec<(&'static str, &'static [u8])>,
+    adapter_config: &'static [u8],
+    adapter: &'static [u8],
+    batch: &'static str,
+    expected: &'static [u8],
+}
+
+macro_rules! fixture {
+    ($name:literal, [$($file:literal),+]) => {
+        Fixture {
+            name: $name,
+            model_files: vec![$(($file, include_bytes!(concat!("fixtures/", $name, "/", $file)) as &[u8])),+],
+            adapter_config: include_bytes!(concat!("fixtures/", $name, "/adapter/adapter_config.json")),
+            adapter: include_bytes!(concat!("fixtures/", $name, "/adapter/adapter_model.safetensors")),
+            batch: include_str!(concat!("fixtures/", $name, "/batch.json")),
+            expected: include_bytes!(concat!("fixtures/", $name, "/expected.safetensors")),
+        }
+    };
+}
+
+fn qwen2_tiny() -> Fixture {
+    fixture!("qwen2-tiny", ["config.json", "model.safetensors"])
+}
+fn llama_tiny() -> Fixture {
+    fixture!(
+        "llama-tiny",
+        [
+            "config.json",
+            "model.safetensors.index.json",
+            "model-00001-of-00003.safetensors",
+            "model-00002-of-00003.safetensors",
+            "model-00003-of-00003.safetensors"
+        ]
+    )
+}
+fn llama_bias() -> Fixture {
+    fixture!("llama-bias", ["config.json", "model.safetensors"])
+}
+
+/// The float64 reference: loss and every gradient tensor by key.
+fn expected(f: &Fixture) -> HashMap<String, Vec<f64>> {
+    let st = safetensors::SafeTensors::deserialize(f.expected).expect("expected.safetensors parses");
+    st.tensors()
+        .into_iter()
+        .map(|(k, v)| {
+            assert_eq!(v.dtype(), safetensors::Dtype::F64, "{k}: reference must be float64");
+            let vals: Vec<f64> = v.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+            (k, vals)
+        })
+        .collect()
+}
+
+fn rel(a: &[f32], b: &[f64]) -> f64 {
+    webtune::kernels::testutil::rel_err(a, b)
+}
+
+async fn run(gpu: &Gpu, f: &Fixture) -> GradResult {
+    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
+    let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    compute_grads(gpu, &ckpt, &adapter, f.batch).await.unwrap_or_else(|e| panic!("{}: {e}", f.name))
+}
+
+/// Compare with the float64 reference; returns the worst relative error.
+fn check(f: &Fixture, got: &GradResult) -> f64 {
+    let want = expected(f);
+    let loss_err = rel(&[got.loss], &want["loss"]);
+    let mut worst = (loss_err, "loss".to_string());
+    assert_eq!(got.grads.len() + 1, want.len(), "{}: number of gradient tensors", f.name);
+    for (key, _shape, vals) in &got.grads {
+        let w = want.get(key).unwrap_or_else(|| panic!("{}: reference has no {key}", f.name));
+        let e = rel(vals, w);
+        if e > worst.0 {
+            worst = (e, key.clone());
+        }
+        assert!(e <= 1e-4, "{}: {key}: relative error {e:.3e} > 1e-4", f.name);
+    }
+    assert!(loss_err <= 1e-4, "{}: loss {} vs {}: relative error {loss_err:.3e}", f.name, got.loss, want["loss"][0]);
+    println!(
+        "{}: loss {} (reference {:.9}), worst relative error {:.3e} ({})",
+        f.name, got.loss, want["loss"][0], worst.0, worst.1
+    );
+    worst.0
+}
+
+/// Native losses handed over by scripts/test.sh, if any.
+fn native_loss(name: &str) -> Option<f32> {
+    option_env!("WEBTUNE_NATIVE_LOSSES")?
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+async fn check_fixture(f: Fixture) {
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let got = run(&gpu, &f).await;
+    check(&f, &got);
+    if cfg!(target_arch = "wasm32") {
+        if let Some(native) = native_loss(f.name) {
+            let e = ((got.loss - native) / native).abs();
+            println!("{}: browser loss {} native {} relative difference {e:.3e}", f.name, got.loss, native);
+            assert!(e <= 1e-5, "{}: browser loss {} differs from native {} by {e:.3e}", f.name, got.loss, native);
+        }
+    } else {
+        // Handed to the browser run by scripts/test.sh.
+        println!("NATIVE_LOSS {}={}", f.name, got.loss);
+    }
+}
+
+macro_rules! both {
+    ($name:ident, $body:expr) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        #[test]
+        fn $name() {
+            webtune::gpu::platform::block_on($body)
+        }
+        #[cfg(target_arch = "wasm32")]
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            $body.await
+        }
+    };
+}
+
+both!(qwen2_tiny_matches_pytorch, check_fixture(qwen2_tiny()));
+both!(llama_tiny_tied_sharded_f16_matches_pytorch, check_fixture(llama_tiny()));
+both!(llama_bias_f32_matches_pytorch, check_fixture(llama_bias()));
