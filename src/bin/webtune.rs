@@ -1,4 +1,8 @@
-//! The native CLI: `webtune grad`, `webtune bench kernels`.
+//! The native CLI: `webtune grad`, `train`, `generate`, `bench kernels`.
+
+// Native only: `wasm-pack test` builds every target for wasm32, where this file is empty.
+#![cfg_attr(target_arch = "wasm32", no_main)]
+#![cfg(not(target_arch = "wasm32"))]
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
