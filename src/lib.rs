@@ -3,14 +3,17 @@
 
 pub mod bench;
 pub mod config;
+pub mod data;
 pub mod error;
 pub mod formats;
+pub mod generate;
 pub mod gpu;
 pub mod grad;
 
 pub mod kernels;
 pub mod model;
 pub mod store;
+pub mod train;
 
 #[cfg(all(test, target_arch = "wasm32"))]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);

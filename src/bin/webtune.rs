@@ -34,11 +34,104 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Train a LoRA adapter on a JSONL dataset; resumes from OUT's checkpoint unless --fresh.
+    Train(TrainArgs),
+    /// Generate text, streamed to stdout as it is made.
+    Generate(GenerateArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         what: BenchCmd,
     },
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// Hugging Face model directory
+    #[arg(long)]
+    model: PathBuf,
+    /// JSONL dataset: {"messages": [...]}, {"prompt", "completion"} or {"text"} per line
+    #[arg(long)]
+    data: PathBuf,
+    /// Output directory: the PEFT adapter and the training checkpoint
+    #[arg(long)]
+    out: PathBuf,
+    /// Optimizer steps (default: from --epochs)
+    #[arg(long, conflicts_with = "epochs")]
+    steps: Option<u32>,
+    /// Passes over the data [default: 10]
+    #[arg(long)]
+    epochs: Option<f32>,
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f32,
+    #[arg(long, default_value = "adamw", value_parser = ["adamw", "sgd"])]
+    optimizer: String,
+    #[arg(long, default_value_t = 16)]
+    rank: usize,
+    /// LoRA alpha [default: 2 × rank]
+    #[arg(long)]
+    alpha: Option<f64>,
+    /// Projections to adapt
+    #[arg(long, default_value = "q,k,v,o,gate,up,down")]
+    targets: String,
+    /// Maximum tokens per example (longer ones are truncated with a warning)
+    #[arg(long, default_value_t = 256)]
+    seq: usize,
+    /// Examples per micro-batch
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Micro-batches per optimizer step (gradient accumulation)
+    #[arg(long, default_value_t = 1)]
+    accum: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Checkpoint every N steps (and always at the end)
+    #[arg(long, default_value_t = 50)]
+    save_every: u32,
+    #[arg(long, default_value = "cosine", value_parser = ["cosine", "constant"])]
+    schedule: String,
+    #[arg(long, default_value_t = 0.05)]
+    warmup_ratio: f32,
+    #[arg(long, default_value_t = 0.0)]
+    weight_decay: f32,
+    /// Global gradient-norm clipping (0 = off)
+    #[arg(long, default_value_t = 1.0)]
+    max_grad_norm: f32,
+    /// Ignore an existing checkpoint in --out and start over
+    #[arg(long)]
+    fresh: bool,
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    #[arg(long)]
+    model: PathBuf,
+    /// PEFT adapter directory (applied unmerged unless --merge)
+    #[arg(long)]
+    adapter: Option<PathBuf>,
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template with a generation prompt
+    #[arg(long)]
+    chat: bool,
+    /// System message (with --chat)
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, default_value_t = 256)]
+    max_new_tokens: usize,
+    /// 0 = greedy
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// 0 = off
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Merge the adapter into a copy of the weights (faster per token)
+    #[arg(long)]
+    merge: bool,
 }
 
 #[derive(Subcommand)]
@@ -97,6 +190,8 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             eprintln!("loss {:.6}; {} gradient tensors written to {}", res.loss, res.grads.len(), out.display());
             Ok(())
         }
+        Cmd::Train(a) => train(a).await,
+        Cmd::Generate(a) => generate(a).await,
         Cmd::Bench { what: BenchCmd::Kernels { tokens, rank, reps, numpy, json } } => {
             let gpu = gpu().await?;
             eprintln!("adapter: {} ({})", gpu.info.adapter, gpu.info.backend);
@@ -132,4 +227,199 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             Ok(())
         }
     }
+}
+
+fn lib_err(e: webtune::error::Error) -> Fail {
+    match e {
+        webtune::error::Error::Gpu(g) => Fail(1, g.to_string()),
+        other => Fail(2, other.to_string()),
+    }
+}
+
+fn fmt_secs(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+async fn save(gpu: &Gpu, trainer: &webtune::train::trainer::Trainer, out: &std::path::Path) -> Result<(), Fail> {
+    use webtune::train::checkpoint::write_atomic;
+    let ckpt = trainer.checkpoint(gpu).await.map_err(lib_err)?;
+    let adapter = trainer.adapter(gpu).await.map_err(lib_err)?;
+    let io = |p: std::path::PathBuf, e: std::io::Error| Fail(1, format!("{}: {e}", p.display()));
+    // The adapter first, then the checkpoint: a checkpoint never points past the adapter on disk.
+    let p = out.join("adapter_model.safetensors");
+    write_atomic(&p, &adapter.to_safetensors_bytes()).map_err(|e| io(p.clone(), e))?;
+    let p = out.join("adapter_config.json");
+    write_atomic(&p, adapter.config_json().as_bytes()).map_err(|e| io(p.clone(), e))?;
+    let p = out.join(CHECKPOINT_FILE);
+    write_atomic(&p, &ckpt).map_err(|e| io(p.clone(), e))?;
+    Ok(())
+}
+
+const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+
+async fn train(a: TrainArgs) -> Result<(), Fail> {
+    use std::io::IsTerminal;
+    use webtune::train::trainer::{TrainConfig, Trainer};
+    let ckpt = webtune::store::Checkpoint::open_dir(&a.model).map_err(input_err)?;
+    webtune::model::layout::validate(&ckpt).map_err(input_err)?;
+    let tok = webtune::data::tokenizer::Tokenizer::from_checkpoint(&ckpt).map_err(input_err)?;
+    let text = std::fs::read_to_string(&a.data).map_err(|e| Fail(2, format!("{}: {e}", a.data.display())))?;
+    let examples =
+        webtune::data::dataset::load_jsonl(&text, &tok).map_err(|e| Fail(2, format!("{}: {e}", a.data.display())))?;
+    let targets = webtune::model::layout::Proj::parse_list(&a.targets).map_err(|e| Fail(2, format!("--targets: {e}")))?;
+    let config = TrainConfig {
+        rank: a.rank,
+        alpha: a.alpha.unwrap_or(2.0 * a.rank as f64),
+        targets: targets.iter().map(|p| p.peft_name().to_string()).collect(),
+        seq: a.seq,
+        batch: a.batch,
+        accum: a.accum,
+        steps: a.steps,
+        epochs: a.epochs.unwrap_or(TrainConfig::default().epochs),
+        seed: a.seed,
+        save_every: a.save_every,
+        optimizer: a.optimizer.clone(),
+        lr: a.lr,
+        weight_decay: a.weight_decay,
+        max_grad_norm: a.max_grad_norm,
+        schedule: a.schedule.clone(),
+        warmup_ratio: a.warmup_ratio,
+    };
+    let gpu = gpu().await?;
+    let model = webtune::model::Model::load(&gpu, &ckpt).map_err(lib_err)?;
+    let ckpt_path = a.out.join(CHECKPOINT_FILE);
+    let mut trainer = if !a.fresh && ckpt_path.exists() {
+        let bytes = std::fs::read(&ckpt_path).map_err(|e| Fail(1, format!("{}: {e}", ckpt_path.display())))?;
+        let t = Trainer::resume(&gpu, &model, examples, config, &bytes, &ckpt_path.display().to_string()).map_err(lib_err)?;
+        eprintln!("resuming from {} at step {}/{}", ckpt_path.display(), t.state.step, t.state.total_steps);
+        t
+    } else {
+        Trainer::new(&gpu, &model, examples, config, None).map_err(lib_err)?
+    };
+    for w in &trainer.warnings {
+        eprintln!("warning: {w}");
+    }
+    eprintln!(
+        "training {} LoRA parameters ({} examples, {} steps) on {}",
+        trainer.lora.params.iter().map(|(_, _, p)| p.a.numel() + p.b.numel()).sum::<usize>(),
+        trainer.num_examples(),
+        trainer.state.total_steps,
+        gpu.info.adapter
+    );
+    let bar = if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(trainer.state.total_steps as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b.set_position(trainer.state.step as u64);
+        Some(b)
+    } else {
+        None
+    };
+    let (mut tok_sum, mut ms_sum) = (0usize, 0.0f64);
+    while !trainer.done() {
+        let r = trainer.step(&gpu, &model).await.map_err(lib_err)?;
+        tok_sum += r.tokens;
+        ms_sum += r.ms;
+        let tps = tok_sum as f64 / (ms_sum / 1000.0).max(1e-9);
+        let left = (r.total_steps - r.step) as f64 * ms_sum / 1000.0 / (tok_sum.max(1) as f64 / r.tokens.max(1) as f64).max(1.0);
+        match &bar {
+            Some(b) => {
+                b.set_position(r.step as u64);
+                b.set_message(format!("loss {:.4} lr {:.2e} {:.0} tok/s", r.loss, r.lr, tps));
+            }
+            None => eprintln!(
+                "step {}/{} loss {:.6} lr {:.3e} {:.1} tok/s {:.2}s/step left {}",
+                r.step,
+                r.total_steps,
+                r.loss,
+                r.lr,
+                tps,
+                r.ms / 1000.0,
+                fmt_secs(left)
+            ),
+        }
+        let every = trainer.state.config.save_every;
+        if (every > 0 && r.step % every == 0) || trainer.done() {
+            save(&gpu, &trainer, &a.out).await?;
+        }
+    }
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    if trainer.state.step == trainer.state.total_steps && trainer.state.losses.is_empty() {
+        save(&gpu, &trainer, &a.out).await?;
+    }
+    let last = trainer.state.losses.last().copied().unwrap_or(f32::NAN);
+    eprintln!("done: {} steps, final loss {last:.6}; adapter in {}", trainer.state.step, a.out.display());
+    Ok(())
+}
+
+async fn generate(a: GenerateArgs) -> Result<(), Fail> {
+    use std::io::Write;
+    let ckpt = webtune::store::Checkpoint::open_dir(&a.model).map_err(input_err)?;
+    webtune::model::layout::validate(&ckpt).map_err(input_err)?;
+    let tok = webtune::data::tokenizer::Tokenizer::from_checkpoint(&ckpt).map_err(input_err)?;
+    let prompt = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(webtune::data::tokenizer::Message { role: "system".into(), content: s.clone() });
+        }
+        msgs.push(webtune::data::tokenizer::Message { role: "user".into(), content: a.prompt.clone() });
+        tok.apply_chat_template(&msgs, true).map_err(input_err)?
+    } else {
+        a.prompt.clone()
+    };
+    let ids = tok.encode(&prompt, !a.chat).map_err(input_err)?;
+    let gpu = gpu().await?;
+    let model = webtune::model::Model::load(&gpu, &ckpt).map_err(lib_err)?;
+    let lora = match &a.adapter {
+        Some(dir) => {
+            let ad = webtune::formats::peft::Adapter::open_dir(dir).map_err(input_err)?;
+            Some(webtune::model::lora::Lora::from_adapter(&gpu, &model.cfg, &ad).map_err(lib_err)?)
+        }
+        None => None,
+    };
+    let opts = webtune::generate::GenerateOptions {
+        max_new_tokens: a.max_new_tokens,
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+        eos_ids: tok.eos_ids().to_vec(),
+        merge: a.merge,
+    };
+    let mut dec = tok.stream_decoder(true);
+    let mut stdout = std::io::stdout();
+    let t0 = webtune::gpu::platform::now_ms();
+    let mut failed = None;
+    let out = webtune::generate::generate(&gpu, &model, lora.as_ref(), &ids, &opts, &mut |id| {
+        match dec.push(id) {
+            Ok(text) => {
+                if !text.is_empty() {
+                    let _ = write!(stdout, "{text}");
+                    let _ = stdout.flush();
+                }
+            }
+            Err(e) => failed = Some(e.to_string()),
+        }
+        true
+    })
+    .await
+    .map_err(lib_err)?;
+    println!();
+    if let Some(e) = failed {
+        return Err(Fail(1, format!("decoding: {e}")));
+    }
+    let secs = (webtune::gpu::platform::now_ms() - t0) / 1000.0;
+    eprintln!("{} prompt tokens, {} new tokens in {:.2}s ({:.2} tok/s)", ids.len(), out.len(), secs, out.len() as f64 / secs.max(1e-9));
+    Ok(())
 }

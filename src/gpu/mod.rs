@@ -34,35 +34,72 @@ pub enum DType {
     BF16,
     /// IEEE half, two per u32 like BF16; unpacked with `unpack2x16float`.
     F16,
+    /// Blockwise 8-bit, groups of 32 along a row, w = scale·q + offset (q in 0..=255); codes
+    /// then per-group (scale, offset) f16 pairs in one buffer (layout: `kernels::quant`).
+    Q8,
+    /// Blockwise 4-bit, groups of 64 along a row, w = scale·q + offset (q in 0..=15); layout as Q8.
+    Q4,
 }
 
 impl DType {
-    /// WGSL expression turning word `w` (u32) into two f32, for packed types.
+    /// Short name, used in pipeline cache keys.
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::BF16 => "bf16",
             DType::F16 => "f16",
+            DType::Q8 => "q8",
+            DType::Q4 => "q4",
+        }
+    }
+    /// Elements per quantization group (a row is padded to whole groups); None when not quantized.
+    pub fn group_size(self) -> Option<usize> {
+        match self {
+            DType::Q8 => Some(32),
+            DType::Q4 => Some(64),
+            DType::F32 | DType::BF16 | DType::F16 => None,
         }
     }
     /// Stored row length in elements: 16-bit rows are padded to an even count
-    /// so every row starts on a u32.
+    /// so every row starts on a u32; quantized rows to whole groups.
     pub fn padded_row(self, cols: usize) -> usize {
         match self {
             DType::F32 => cols,
             DType::BF16 | DType::F16 => cols + (cols & 1),
+            DType::Q8 | DType::Q4 => cols.div_ceil(self.group_size().unwrap_or(1)) * self.group_size().unwrap_or(1),
         }
     }
+    /// Storage bytes per element, rounded up to whole bytes (Q8 and Q4 say 1: size
+    /// buffers with [`DType::row_bytes`], which also counts the group parameters).
     pub fn bytes_per_element(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
+            DType::Q8 | DType::Q4 => 1,
         }
+    }
+    /// u32 words of one row's element data (the codes, for quantized types): the row stride.
+    pub fn row_words(self, cols: usize) -> usize {
+        match self {
+            DType::F32 => cols,
+            DType::BF16 | DType::F16 => cols.div_ceil(2),
+            // 32 one-byte or 64 four-bit codes: 8 words per group either way.
+            DType::Q8 | DType::Q4 => self.padded_row(cols) / self.group_size().unwrap_or(1) * 8,
+        }
+    }
+    /// Bytes one row occupies: its element words, plus one (scale, offset) word per group.
+    pub fn row_bytes(self, cols: usize) -> usize {
+        let params = match self.group_size() {
+            Some(g) => cols.div_ceil(g),
+            None => 0,
+        };
+        4 * (self.row_words(cols) + params)
     }
 }
 
 /// A GPU buffer with a shape (PyTorch order, row-major) and an accounted allocation.
-/// Matrices of a 16-bit dtype are stored with rows padded to even length.
+/// Matrices of a 16-bit dtype are stored with rows padded to even length; quantized ones
+/// as laid out in `kernels::quant`.
 #[derive(Clone)]
 pub struct Tensor {
     pub buf: Arc<wgpu::Buffer>,
@@ -218,11 +255,12 @@ impl Gpu {
         Tensor { buf: Arc::new(buf), shape: shape.to_vec(), dtype, _acct: Arc::new(acct) }
     }
 
-    /// Bytes a tensor of this shape and dtype occupies (16-bit rows padded to even length).
+    /// Bytes a tensor of this shape and dtype occupies (16-bit rows padded to even length,
+    /// quantized rows to whole groups, plus their group parameters).
     pub fn tensor_bytes(shape: &[usize], dtype: DType) -> u64 {
         let cols = *shape.last().unwrap_or(&1);
         let rows: usize = if shape.len() < 2 { 1 } else { shape[..shape.len() - 1].iter().product() };
-        (rows * dtype.padded_row(cols) * dtype.bytes_per_element()) as u64
+        (rows * dtype.row_bytes(cols)) as u64
     }
 
     /// The same buffer, accounted under another category from now on.
@@ -270,7 +308,8 @@ impl Gpu {
         self.upload_bytes(bytemuck::cast_slice(data), shape, DType::F32, cat)
     }
 
-    /// Upload f32 values as a packed 16-bit matrix (rows padded to even length).
+    /// Upload f32 values as a packed 16-bit matrix (rows padded to even length), or quantized
+    /// blockwise along rows (Q8, Q4; see `kernels::quant`).
     pub fn upload_f32_as(
         &self,
         data: &[f32],
@@ -280,6 +319,7 @@ impl Gpu {
     ) -> Result<Tensor, GpuError> {
         match dtype {
             DType::F32 => self.upload_f32(data, shape, cat),
+            DType::Q8 | DType::Q4 => crate::kernels::quant::upload_quantized(self, data, shape, dtype, cat),
             DType::BF16 | DType::F16 => {
                 let bits: Vec<u16> = data
                     .iter()

@@ -4,6 +4,9 @@
 // with P_ij = exp(scale · q_i·k_j − lse_i) recomputed row by row (no atomics, no T×T storage).
 // One invocation per R consecutive key rows of one (batch, kv head). Loops marked `// unroll`
 // are expanded by the launcher.
+// Every per-invocation array is zeroed by explicit stores, never by the declaration's implicit
+// zero value: Chrome (Tint + SwiftShader) does not re-zero a `var` declared inside a loop on each
+// iteration, so it would carry the previous key's values (lavapipe does re-zero it).
 alias V = {{V}};
 const N: u32 = {{N}}u;      // V values per head row (D / width)
 const R: u32 = {{R}}u;      // key rows per invocation
@@ -43,6 +46,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var n = 0u; n < {{N}}u; n++) { // unroll
             kr[r * N + n] = k[base + n] * p.scale;
             vr[r * N + n] = v[base + n];
+            ak[r * N + n] = V(0.0);
+            av[r * N + n] = V(0.0);
         }
         vis[r] = j0 + r < p.T && (p.has_mask == 0u || mask[b * p.T + j] != 0u);
         if (vis[r]) { first = min(first, j0 + r); }
@@ -54,6 +59,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let qb = ((b * p.T + i) * p.H + h) * N;
             var s: array<f32, R>;     // scores
             var dp: array<f32, R>;    // dO_i · v_j
+            for (var r = 0u; r < {{R}}u; r++) { // unroll
+                s[r] = 0.0;
+                dp[r] = 0.0;
+            }
             for (var n = 0u; n < {{N}}u; n++) { // unroll
                 let qq = q[qb + n];
                 let gg = d_o[qb + n];
@@ -65,6 +74,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var pr: array<f32, R>;    // P, 0 where row i does not see key j0 + r
             var ds: array<f32, R>;    // dS / scale
             for (var r = 0u; r < {{R}}u; r++) { // unroll
+                pr[r] = 0.0;
+                ds[r] = 0.0;
                 if (vis[r] && i >= j0 + r) {
                     pr[r] = exp(s[r] - st.x);
                     ds[r] = pr[r] * (dp[r] - st.y);

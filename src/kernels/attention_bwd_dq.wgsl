@@ -2,6 +2,9 @@
 // P_ij = exp(scale · q_i·k_j − lse_i) recomputed key by key (nothing of size T×T stored).
 // One invocation per R consecutive query rows of one (batch, head). Loops marked `// unroll`
 // are expanded by the launcher.
+// Every per-invocation array is zeroed by explicit stores, never by the declaration's implicit
+// zero value: Chrome (Tint + SwiftShader) does not re-zero a `var` declared inside a loop on each
+// iteration, so it would carry the previous key's values (lavapipe does re-zero it).
 alias V = {{V}};
 const N: u32 = {{N}}u;      // V values per head row (D / width)
 const R: u32 = {{R}}u;      // query rows per invocation
@@ -40,6 +43,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var n = 0u; n < {{N}}u; n++) { // unroll
             qr[r * N + n] = q[base + n] * p.scale;
             gr[r * N + n] = d_o[base + n];
+            acc[r * N + n] = V(0.0);
         }
         st[r] = stats[(b * p.H + h) * p.T + i];
     }
@@ -49,6 +53,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let kb = ((b * p.T + j) * p.HKV + kvh) * N;
         var s: array<f32, R>;     // scores
         var dp: array<f32, R>;    // dO_i · v_j
+        for (var r = 0u; r < {{R}}u; r++) { // unroll
+            s[r] = 0.0;
+            dp[r] = 0.0;
+        }
         for (var n = 0u; n < {{N}}u; n++) { // unroll
             let kk = k[kb + n];
             let vv = v[kb + n];
@@ -59,6 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         var ds: array<f32, R>;    // dS / scale, 0 where key j comes after row r
         for (var r = 0u; r < {{R}}u; r++) { // unroll
+            ds[r] = 0.0;
             if (j <= i0 + r) { ds[r] = exp(s[r] - st[r].x) * (dp[r] - st[r].y); }
         }
         for (var n = 0u; n < {{N}}u; n++) { // unroll

@@ -4,6 +4,9 @@
 // V is vec4<f32> when D % 4 == 0, else f32; N values of V make one head row of D floats.
 // Loops marked `// unroll` are expanded by the launcher, so the per-invocation arrays are
 // indexed by constants and stay in registers.
+// Every per-invocation array is zeroed by explicit stores, never by the declaration's implicit
+// zero value: Chrome (Tint + SwiftShader) does not re-zero a `var` declared inside a loop on each
+// iteration, so it would carry the previous key's values (lavapipe does re-zero it).
 alias V = {{V}};
 const N: u32 = {{N}}u;      // V values per head row (D / width)
 const R: u32 = {{R}}u;      // query rows per invocation
@@ -47,14 +50,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let base = ((b * p.T + min(i0 + r, p.T - 1u)) * p.H + h) * N;
         for (var n = 0u; n < {{N}}u; n++) { // unroll
             qr[r * N + n] = q[base + n] * p.scale;
+            acc[r * N + n] = V(0.0);
         }
         m[r] = -1e30;
+        l[r] = 0.0;
     }
     let jend = min(i0 + R, p.T);
     for (var j = 0u; j < jend; j++) {
         if (p.has_mask != 0u && mask[b * p.T + j] == 0u) { continue; }
         let kb = ((b * p.T + j) * p.HKV + kvh) * N;
         var s: array<f32, R>;
+        for (var r = 0u; r < {{R}}u; r++) { // unroll
+            s[r] = 0.0;
+        }
         for (var n = 0u; n < {{N}}u; n++) { // unroll
             let kk = k[kb + n];
             for (var r = 0u; r < {{R}}u; r++) { // unroll
@@ -65,6 +73,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var cr: array<f32, R>;    // rescale factor of the old accumulator
         for (var r = 0u; r < {{R}}u; r++) { // unroll
             cr[r] = 1.0;
+            pr[r] = 0.0;
             if (j <= i0 + r) {
                 let mn = max(m[r], s[r]);
                 cr[r] = exp(m[r] - mn);

@@ -1,12 +1,14 @@
-//! Elementwise ops on flat f32 tensors: [`axpy`], [`add`], [`scale`], [`fill`], and the
-//! reduction [`sum_squares`] (gradient norms). Each uses vec4 loads when the element count
-//! is a multiple of 4 and a scalar variant otherwise; both are checked against f64.
+//! Elementwise ops on flat f32 tensors: [`axpy`], [`add`], [`scale`], [`fill`], the
+//! reduction [`sum_squares`] (gradient norms), and [`copy_rows`] (a row range of one matrix into
+//! another: the decoder's KV cache). Each uses vec4 loads when the element count (row length for
+//! `copy_rows`) is a multiple of 4 and a scalar variant otherwise; both are checked against f64.
 
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::render;
 
 const EW: &str = include_str!("elementwise.wgsl");
 const SUMSQ: &str = include_str!("elementwise_sumsq.wgsl");
+const COPY_ROWS: &str = include_str!("elementwise_copy_rows.wgsl");
 
 /// Elements (of T) one workgroup of `elementwise.wgsl` covers: 64 invocations × 4.
 const EW_PER_GROUP: usize = 256;
@@ -140,6 +142,33 @@ pub fn sum_squares(gpu: &Gpu, x: &Tensor, out: &Tensor, accumulate: bool) {
     stage(&partial, "f32", "v", groups, out, accumulate, 1);
 }
 
+/// dst rows [dst_row0, dst_row0 + rows) = src rows [src_row0, src_row0 + rows); src (·, C) and
+/// dst (·, C) f32 with the same row length C (other rows of dst are left alone).
+pub fn copy_rows(gpu: &Gpu, src: &Tensor, src_row0: usize, dst: &Tensor, dst_row0: usize, rows: usize) {
+    let c = dst.cols();
+    assert!(
+        src.dtype == DType::F32
+            && dst.dtype == DType::F32
+            && src.cols() == c
+            && src_row0 + rows <= src.rows()
+            && dst_row0 + rows <= dst.rows(),
+        "copy_rows: src {:?} {:?} rows {src_row0}..+{rows}, dst {:?} {:?} rows {dst_row0}..+{rows} \
+         (want f32 matrices with the same row length, ranges inside both)",
+        src.shape,
+        src.dtype,
+        dst.shape,
+        dst.dtype
+    );
+    if rows == 0 || c == 0 {
+        return;
+    }
+    let (ty, w) = if c % 4 == 0 { ("vec4<f32>", 4) } else { ("f32", 1) };
+    let pipeline = gpu.pipeline(&format!("elementwise/copy_rows/{ty}"), || render(COPY_ROWS, &[("T", ty.into())]));
+    let n = rows * c / w;
+    let p = [n as u32, (src_row0 * c / w) as u32, (dst_row0 * c / w) as u32, 0];
+    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[src, dst], (n.div_ceil(EW_PER_GROUP) as u32, 1, 1));
+}
+
 /// f64 references.
 pub mod reference {
     pub fn axpy(alpha: f64, x: &[f64], y: &[f64]) -> Vec<f64> {
@@ -226,5 +255,25 @@ mod tests {
         let got = gpu.read_f32(&to).await.unwrap();
         let want = reference::sum_squares(&f64s(&a)) + reference::sum_squares(&f64s(&b));
         assert_close("sum_squares accumulated", &got, &[want], 1e-5, 1e-5);
+    });
+
+    gpu_test!(async fn elementwise_copy_rows_ranges(gpu) {
+        // (C, src rows, src_row0, dst rows, dst_row0, rows): scalar, vec4, one row, all rows.
+        for (c, sr, s0, dr, d0, rows) in [(6, 13, 4, 29, 17, 9), (12, 5, 0, 37, 36, 1), (3, 2, 1, 3, 0, 1), (8, 7, 0, 7, 0, 7)]
+        {
+            let mut rng = Rng::new((c * 1000 + s0 * 10 + d0) as u64);
+            let (x, y) = (rng.vec(sr * c, 1.0), rng.vec(dr * c, 1.0));
+            let tx = gpu.upload_f32(&x, &[sr, c], Category::Activations).unwrap();
+            let ty = gpu.upload_f32(&y, &[dr, c], Category::Activations).unwrap();
+            copy_rows(gpu, &tx, s0, &ty, d0, rows);
+            let mut want = f64s(&y);
+            for r in 0..rows {
+                for j in 0..c {
+                    want[(d0 + r) * c + j] = x[(s0 + r) * c + j] as f64;
+                }
+            }
+            let what = format!("copy_rows C {c} src {sr}@{s0} dst {dr}@{d0} rows {rows}");
+            assert_close(&what, &gpu.read_f32(&ty).await.unwrap(), &want, 0.0, 0.0);
+        }
     });
 }

@@ -1,8 +1,10 @@
 //! Token embedding: a frozen gather, out (N, C) = table[ids], no backward (ids are inputs).
 //! The embedding matrix may be split by rows into chunks (each within a binding limit), of
-//! weight dtype F32, BF16 or F16; one dispatch per chunk, vec4 copies when C % 4 == 0.
+//! weight dtype F32, BF16, F16 or Q8/Q4 (dequantized on load: scale·q + offset, bit for bit
+//! as `quant::dequantize`); one dispatch per chunk, vec4 copies when C % 4 == 0.
 
 use crate::gpu::{DType, Gpu, Tensor};
+use crate::kernels::quant::wgsl_codes4;
 use crate::kernels::{render, unpack_fns};
 
 const SRC: &str = include_str!("embedding.wgsl");
@@ -17,12 +19,26 @@ struct Params {
     rows: u32,
     zero_oob: u32,
     groups: u32,
-    _p0: u32,
+    /// quantized table: word offset of the group parameters (rows · ldw)
+    qoff: u32,
 }
 
 /// WGSL `load4(r, c0)` (4 columns of chunk row r from c0, zero past C) and the table's element type.
-fn load4(dtype: DType, aligned: bool) -> (&'static str, &'static str) {
-    match (dtype, aligned) {
+/// Quantized rows are padded to whole groups, so their loads need no bounds (store4 drops the pad).
+fn load4(dtype: DType, aligned: bool) -> (String, &'static str) {
+    if let Some(gs) = dtype.group_size() {
+        let codes = wgsl_codes4(dtype, "table", "r * p.ldw", "c0");
+        return (
+            format!(
+                "fn load4(r: u32, c0: u32) -> vec4<f32> {{
+    let s = qparams(table[p.qoff + r * (p.ldw / 8u) + c0 / {gs}u]);
+    return s.x * {codes} + s.y;
+}}\n"
+            ),
+            "u32",
+        );
+    }
+    let (src, elem) = match (dtype, aligned) {
         (DType::F32, true) => {
             ("fn load4(r: u32, c0: u32) -> vec4<f32> { return table[(r * p.ldw + c0) / 4u]; }\n", "vec4<f32>")
         }
@@ -50,7 +66,8 @@ fn load4(dtype: DType, aligned: bool) -> (&'static str, &'static str) {
 }\n",
             "u32",
         ),
-    }
+    };
+    (src.into(), elem)
 }
 
 /// WGSL `store4(n, c0, v)` into out (N, C), skipping columns past C, and out's element type.
@@ -101,15 +118,12 @@ pub fn embedding_forward(gpu: &Gpu, table: &[Tensor], chunk_rows: usize, ids: &T
                 ("TB", tb.into()),
                 ("TO", to.into()),
                 ("UNPACK", unpack_fns(dtype).into()),
-                ("LOAD", load.into()),
+                ("LOAD", load),
                 ("STORE", store.into()),
             ],
         )
     });
-    let ldw = match dtype {
-        DType::F32 => c,
-        _ => c.div_ceil(2),
-    };
+    let ldw = dtype.row_words(c);
     let wgs = (n * groups).div_ceil(64) as u32;
     for (i, chunk) in table.iter().enumerate() {
         let p = Params {
@@ -120,7 +134,7 @@ pub fn embedding_forward(gpu: &Gpu, table: &[Tensor], chunk_rows: usize, ids: &T
             rows: chunk.rows() as u32,
             zero_oob: (i == last) as u32,
             groups: groups as u32,
-            _p0: 0,
+            qoff: (chunk.rows() * ldw) as u32,
         };
         gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[ids, chunk, out], (wgs, 1, 1));
     }
@@ -146,11 +160,17 @@ mod tests {
     use super::*;
     use crate::gpu::Category;
     use crate::gpu_test;
+    use crate::kernels::quant;
     use crate::kernels::testutil::{assert_close, round_to, Rng};
 
     async fn check(gpu: &Gpu, vocab: usize, chunk_rows: usize, c: usize, n: usize, dtype: DType) {
         let mut rng = Rng::new((vocab * 100 + c * 10 + n) as u64);
-        let table: Vec<f32> = rng.vec(vocab * c, 1.0).into_iter().map(|v| round_to(dtype, v)).collect();
+        let raw = rng.vec(vocab * c, 1.0);
+        // What the table stands for once stored (quantization is per row, so chunking is free).
+        let table: Vec<f32> = match dtype {
+            DType::Q8 | DType::Q4 => quant::dequantize(&quant::quantize(&raw, vocab, c, dtype), vocab, c, dtype),
+            _ => raw.iter().map(|&v| round_to(dtype, v)).collect(),
+        };
         let mut ids: Vec<u32> = (0..n).map(|_| rng.below(vocab as u64) as u32).collect();
         // Every chunk boundary, and ids past the vocabulary (zero rows).
         for (i, id) in [0, chunk_rows - 1, chunk_rows, vocab - 1, vocab, 1_000_000].into_iter().enumerate() {
@@ -158,7 +178,7 @@ mod tests {
                 ids[(i * 5) % n] = id as u32;
             }
         }
-        let chunks: Vec<Tensor> = table
+        let chunks: Vec<Tensor> = raw
             .chunks(chunk_rows * c)
             .map(|rows| gpu.upload_f32_as(rows, &[rows.len() / c, c], dtype, Category::Weights).unwrap())
             .collect();
@@ -172,11 +192,15 @@ mod tests {
     }
 
     gpu_test!(async fn embedding_chunked_dtypes(gpu) {
-        for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::Q8, DType::Q4] {
             check(gpu, 17, 7, 53, 37, dtype).await; // 3 chunks, the last short; odd C
             check(gpu, 17, 7, 52, 37, dtype).await; // vec4 path
             check(gpu, 17, 7, 6, 37, dtype).await; // C % 4 == 2: 16-bit rows with a half-used word
             check(gpu, 5, 5, 3, 2, dtype).await; // tiny, one chunk
+        }
+        for dtype in [DType::Q8, DType::Q4] {
+            check(gpu, 17, 7, 130, 37, dtype).await; // several groups, the last partial
+            check(gpu, 17, 7, 128, 37, dtype).await; // whole groups
         }
     });
 }

@@ -1,20 +1,20 @@
 // out[n, :] = table[ids[n] − start, :] for the tokens whose id falls in this chunk of the
 // embedding matrix (rows start .. start + rows); other tokens are left alone, except that the
 // last chunk writes zeros for ids past the end of the vocabulary.
-// One invocation copies 4 columns of one token; the table may be f32 or packed 16-bit.
+// One invocation copies 4 columns of one token; the table may be f32, packed 16-bit or Q8/Q4.
 struct Params {
     n: u32,         // tokens N
     c: u32,         // columns C
-    ldw: u32,       // table row stride in storage words (f32: C; 16-bit: ceil(C/2))
+    ldw: u32,       // table row stride in storage words (f32: C; 16-bit: ceil(C/2); Q8/Q4: 8 per group)
     start: u32,     // first vocabulary row held by this chunk
     rows: u32,      // rows in this chunk
     zero_oob: u32,  // 1 in the last chunk: ids ≥ start + rows give zeros
     groups: u32,    // ceil(C / 4)
-    _p0: u32,
+    qoff: u32,      // quantized table: word offset of the (scale, offset) words, rows · ldw
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;            // ids: (N)
-@group(0) @binding(2) var<storage, read> table: array<{{TB}}>;       // table chunk: (rows, C)
+@group(0) @binding(2) var<storage, read> table: array<{{TB}}>;       // table chunk: (rows, C) (Q8/Q4: codes, then params)
 @group(0) @binding(3) var<storage, read_write> out: array<{{TO}}>;   // out: (N, C)
 
 {{UNPACK}}

@@ -5,11 +5,12 @@ struct Params {
     M: u32, N: u32, K: u32,
     ldb: u32,      // B row stride in storage words
     alpha: f32, beta: f32,
-    _p0: u32, _p1: u32,
+    _p0: u32,
+    qoff: u32,     // quantized B: word offset of the (scale, offset) words, K · ldb
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<{{A_ELEM}}>;      // A: (M, K) f32
-@group(0) @binding(2) var<storage, read> b: array<{{B_ELEM}}>;      // B: (K, N) f32 or packed 16-bit
+@group(0) @binding(2) var<storage, read> b: array<{{B_ELEM}}>;      // B: (K, N) f32, packed 16-bit, or Q8/Q4 words
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;       // C: (M, N)
 
 {{UNPACK}}

@@ -5,11 +5,12 @@ struct Params {
     M: u32, N: u32, K: u32,
     ldb: u32,      // B row stride in storage words
     alpha: f32, beta: f32,
-    has_bias: u32, _pad: u32,
+    has_bias: u32,
+    qoff: u32,     // quantized B: word offset of the (scale, offset) words, N · ldb
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<{{A_ELEM}}>;      // A: (M, K) f32
-@group(0) @binding(2) var<storage, read> b: array<{{B_ELEM}}>;      // B: (N, K) f32 or packed 16-bit
+@group(0) @binding(2) var<storage, read> b: array<{{B_ELEM}}>;      // B: (N, K) f32, packed 16-bit, or Q8/Q4 words
 @group(0) @binding(3) var<storage, read> bias: array<f32>;          // bias: (N), read only if has_bias
 @group(0) @binding(4) var<storage, read_write> c: array<f32>;       // C: (M, N)
 
@@ -37,8 +38,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n0 = gid.x * 8u;
     if (m0 >= p.M || n0 >= p.N) { return; }
 {{ACC_DECL}}
-    for (var k = 0u; k < p.K; k += 4u) {
-{{BODY}}
-    }
-{{STORE}}
+{{LOOP}}{{STORE}}
 }

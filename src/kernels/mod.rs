@@ -6,10 +6,13 @@
 //! the substituted values are part of the pipeline cache key.
 
 pub mod attention;
+pub mod attention_cached;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
+pub mod optimizer;
+pub mod quant;
 pub mod rmsnorm;
 pub mod rope;
 pub mod swiglu;
@@ -34,5 +37,6 @@ pub fn unpack_fns(dtype: crate::gpu::DType) -> &'static str {
         }
         crate::gpu::DType::F16 => "fn unpack2(w: u32) -> vec2<f32> { return unpack2x16float(w); }\n",
         crate::gpu::DType::F32 => "",
+        crate::gpu::DType::Q8 | crate::gpu::DType::Q4 => quant::WGSL_FNS,
     }
 }

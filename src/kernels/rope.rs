@@ -5,6 +5,7 @@
 //!   them in f32 (see [`rope_table_values`]).
 //! - [`rope_forward`]: rotation by +angle; [`rope_backward`]: by −angle (the transpose), which
 //!   turns dy into dx. Nothing is saved: the table is all backward needs.
+//! - [`rope_forward_at`]: generation (batch 1, KV cache): row r is at position pos0 + r.
 //!
 //! One invocation handles 4 pairs of one (row, head), as vec4 when D/2 % 4 == 0.
 
@@ -30,7 +31,7 @@ struct Params {
     seq: u32,
     groups: u32,
     sign: f32,
-    _p0: u32,
+    pos0: u32,
     _p1: u32,
 }
 
@@ -83,16 +84,16 @@ pub fn rope_table(gpu: &Gpu, seq: usize, head_dim: usize, theta: f64) -> Result<
     })
 }
 
-fn rope(gpu: &Gpu, op: &str, x: &Tensor, heads: usize, table: &RopeTable, sign: f32) {
+fn rope(gpu: &Gpu, op: &str, x: &Tensor, heads: usize, table: &RopeTable, sign: f32, pos0: usize) {
     let (rows, d) = (x.rows(), table.head_dim);
     assert!(
         x.dtype == DType::F32
             && x.cols() == heads * d
-            && (rows <= table.seq || rows % table.seq == 0)
+            && (rows + pos0 <= table.seq || (pos0 == 0 && rows % table.seq == 0))
             && table.cos.numel() == table.seq * (d / 2)
             && table.sin.numel() == table.seq * (d / 2),
         "{op}: x {:?} {:?}, heads {heads}, table seq {} head_dim {} (want f32 x (rows, heads·D) with \
-         rows ≤ seq or a multiple of seq)",
+         rows ≤ seq or a multiple of seq; pos0 {pos0} + rows ≤ seq with an offset)",
         x.shape,
         x.dtype,
         table.seq,
@@ -113,7 +114,7 @@ fn rope(gpu: &Gpu, op: &str, x: &Tensor, heads: usize, table: &RopeTable, sign: 
         seq: table.seq as u32,
         groups: groups as u32,
         sign,
-        _p0: 0,
+        pos0: pos0 as u32,
         _p1: 0,
     };
     gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[x, &table.cos, &table.sin], (total.div_ceil(64) as u32, 1, 1));
@@ -121,12 +122,18 @@ fn rope(gpu: &Gpu, op: &str, x: &Tensor, heads: usize, table: &RopeTable, sign: 
 
 /// In place: x (rows, heads·D) rotated by +angle at position row % seq.
 pub fn rope_forward(gpu: &Gpu, x: &Tensor, heads: usize, table: &RopeTable) {
-    rope(gpu, "rope_forward", x, heads, table, 1.0);
+    rope(gpu, "rope_forward", x, heads, table, 1.0, 0);
+}
+
+/// In place: x (n, heads·D) of one sequence, row r rotated by +angle at position pos0 + r
+/// (pos0 + n ≤ table.seq). Generation uses it for the n new tokens after pos0 cached ones.
+pub fn rope_forward_at(gpu: &Gpu, x: &Tensor, heads: usize, table: &RopeTable, pos0: usize) {
+    rope(gpu, "rope_forward_at", x, heads, table, 1.0, pos0);
 }
 
 /// In place: dy (rows, heads·D) becomes dx, the rotation by −angle (the transpose of forward's).
 pub fn rope_backward(gpu: &Gpu, dx: &Tensor, heads: usize, table: &RopeTable) {
-    rope(gpu, "rope_backward", dx, heads, table, -1.0);
+    rope(gpu, "rope_backward", dx, heads, table, -1.0, 0);
 }
 
 /// f64 reference.
@@ -231,6 +238,24 @@ mod tests {
 
             rope_backward(gpu, &tx, heads, &table);
             assert_close(&format!("rope round trip {what}"), &gpu.read_f32(&tx).await.unwrap(), &f64s(&x), 1e-6, 1e-5);
+        }
+    });
+
+    gpu_test!(async fn rope_forward_at_offsets(gpu) {
+        // (seq, rows, pos0, heads, D): scalar and vec4, a single decode row, the last position.
+        for (seq, rows, pos0, heads, d) in [(23, 5, 9, 3, 10), (20, 7, 13, 2, 16), (17, 1, 16, 3, 6), (4, 4, 0, 1, 4)] {
+            let mut rng = Rng::new((seq * 100 + pos0 * 10 + d) as u64);
+            let x = rng.vec(rows * heads * d, 1.0);
+            let table = rope_table(gpu, seq, d, 10_000.0).unwrap();
+            let (cos, sin) = rope_table_values(seq, d, 10_000.0);
+            // Row r at position pos0 + r: the reference over the table rows from pos0 on.
+            let half = d / 2;
+            let (cos, sin) = (f64s(&cos[pos0 * half..]), f64s(&sin[pos0 * half..]));
+            let tx = gpu.upload_f32(&x, &[rows, heads * d], Category::Activations).unwrap();
+            rope_forward_at(gpu, &tx, heads, &table, pos0);
+            let want = reference::rotate(&f64s(&x), rows, heads, d, seq - pos0, &cos, &sin, 1.0);
+            let what = format!("rope_forward_at seq {seq} rows {rows} pos0 {pos0} heads {heads} D {d}");
+            assert_close(&what, &gpu.read_f32(&tx).await.unwrap(), &want, 1e-6, 1e-5);
         }
     });
 }

@@ -1,5 +1,5 @@
 // Rotary embedding in place, HF rotate-half convention, on x (rows, heads·D):
-// for j < D/2 at position t = row % seq,
+// for j < D/2 at position t = row % seq + pos0 (pos0 = 0 in training; the decoder's offset),
 //   x[j]       ← x[j]·cos[t, j] − x[j + D/2]·sign·sin[t, j]
 //   x[j + D/2] ← x[j + D/2]·cos[t, j] + x[j]·sign·sin[t, j]
 // sign = +1 rotates forward, −1 applies the transpose (the backward).
@@ -12,7 +12,8 @@ struct Params {
     seq: u32,
     groups: u32,  // ceil(half / 4)
     sign: f32,
-    _p0: u32, _p1: u32,
+    pos0: u32,    // position of row 0 (generation with a KV cache); rows ≤ seq − pos0 then
+    _p1: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<{{T}}>;  // x: (rows, heads·D)
@@ -31,7 +32,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let rh = idx / p.groups;          // row · heads + head
     let row = rh / p.heads;
     let xbase = rh * 2u * p.half;     // start of this (row, head)'s D values
-    let tbase = (row % p.seq) * p.half;
+    let tbase = (row % p.seq + p.pos0) * p.half;
     for (var k = 0u; k < 4u; k += W) {
         let j = g * 4u + k;
         if (j < p.half) {

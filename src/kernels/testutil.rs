@@ -72,6 +72,9 @@ pub fn round_to(dtype: crate::gpu::DType, v: f32) -> f32 {
         crate::gpu::DType::F32 => v,
         crate::gpu::DType::BF16 => half::bf16::from_f32(v).to_f32(),
         crate::gpu::DType::F16 => half::f16::from_f32(v).to_f32(),
+        crate::gpu::DType::Q8 | crate::gpu::DType::Q4 => {
+            panic!("round_to: a quantized value depends on its group; use kernels::quant::dequantize(quantize(..))")
+        }
     }
 }
 

@@ -1,0 +1,598 @@
+//! Text generation for one sequence (batch 1) with a KV cache, and host-side sampling.
+//!
+//! - [`generate`]: prefill the prompt, then decode one token at a time, each step feeding only the
+//!   new token; tokens are handed to a callback as soon as they are sampled (streaming, cancel).
+//! - [`Decoder`]: the cached forward itself: n new tokens at positions [p0, p0 + n) go through
+//!   every block with the training kernels (LoRA applied unmerged by
+//!   [`lora_linear_forward`], or folded into f32 weights by [`MergedWeights`]); their keys and
+//!   values are appended to the [`KvCache`] and [`attention_cached`] lets query i attend cache
+//!   rows [0, p0 + i]. Only the last row goes through the final norm and the output table.
+//! - [`logits_last`]: the last position's logits of a full forward without a cache, through the
+//!   training [`block_forward`] (the reference the cached path is tested against).
+//! - [`sample`]: greedy, or temperature → top-k → top-p (transformers' order) with a seeded
+//!   SplitMix64, on the host from the logits read back each step.
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::gpu::{Category, DType, Gpu, Tensor};
+use crate::kernels::attention::AttnShape;
+use crate::kernels::attention_cached::{attention_cached, HeadShape};
+use crate::kernels::elementwise::{axpy, copy_rows};
+use crate::kernels::embedding::embedding_forward;
+use crate::kernels::matmul::{matmul_nn, matmul_nt};
+use crate::kernels::rmsnorm::rmsnorm_forward;
+use crate::kernels::rope::{rope_forward_at, rope_table, RopeTable};
+use crate::kernels::swiglu::swiglu_forward;
+use crate::model::block::{block_forward, lora_linear_forward, BlockCtx};
+use crate::model::layout::Proj;
+use crate::model::lora::{Lora, LoraPair};
+use crate::model::weights::Linear;
+use crate::model::Model;
+
+/// How to generate. `Default`: greedy, 256 new tokens, seed 0, no EOS ids, LoRA unmerged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    /// 0 = greedy (argmax); otherwise logits are divided by it before top-k / top-p.
+    pub temperature: f32,
+    /// Keep only the k most likely tokens; 0 = off.
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches top_p; 1 = off.
+    pub top_p: f32,
+    pub seed: u64,
+    /// Stop after any of these ids (it is returned and passed to the callback). Pass
+    /// `model.cfg.eos_token_ids` (or the chat template's end-of-turn id) for the model's own.
+    pub eos_ids: Vec<u32>,
+    /// Fold LoRA into f32 copies of the targeted weights first ([`MergedWeights`]): fewer
+    /// dispatches per token, at 4 bytes per weight of every targeted projection.
+    pub merge: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_new_tokens: 256,
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+            eos_ids: Vec::new(),
+            merge: false,
+        }
+    }
+}
+
+impl GenerateOptions {
+    fn validate(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(Error::msg(format!("generate: temperature {} must be finite and ≥ 0", self.temperature)));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(Error::msg(format!("generate: top_p {} must be in (0, 1]", self.top_p)));
+        }
+        Ok(())
+    }
+}
+
+/// Keys and values (after RoPE) of every position seen so far, per layer.
+pub struct KvCache {
+    /// k[l]: (max_seq, Hkv·D) f32; rows [0, len) are filled
+    pub k: Vec<Tensor>,
+    /// v[l]: (max_seq, Hkv·D) f32
+    pub v: Vec<Tensor>,
+    /// Positions filled.
+    pub len: usize,
+    pub max_seq: usize,
+}
+
+impl KvCache {
+    /// Bytes of a cache of `max_seq` positions for this model.
+    pub fn bytes(cfg: &ModelConfig, max_seq: usize) -> u64 {
+        (2 * cfg.layers * max_seq * cfg.kv_heads * cfg.head_dim * 4) as u64
+    }
+
+    pub fn new(gpu: &Gpu, cfg: &ModelConfig, max_seq: usize) -> Result<KvCache> {
+        let shape = [max_seq.max(1), cfg.kv_heads * cfg.head_dim];
+        let mut k = Vec::with_capacity(cfg.layers);
+        let mut v = Vec::with_capacity(cfg.layers);
+        for _ in 0..cfg.layers {
+            k.push(gpu.zeros(&shape, DType::F32, Category::Activations)?);
+            v.push(gpu.zeros(&shape, DType::F32, Category::Activations)?);
+        }
+        Ok(KvCache { k, v, len: 0, max_seq: max_seq.max(1) })
+    }
+
+    /// Forget every position from `len` on (e.g. to regenerate from a shared prefix).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+/// LoRA folded into the weights: for each targeted projection an f32 W' (out, in) = W + s·B·A
+/// (W unpacked by the embedding gather, then `matmul_nn` adds s·B·A on the GPU), with the
+/// original bias. Untargeted projections are not copied.
+pub struct MergedWeights {
+    /// Per layer, per projection (`Proj as usize`): the merged linear, if that projection has LoRA.
+    pub layers: Vec<Vec<Option<Linear>>>,
+}
+
+impl MergedWeights {
+    pub fn build(gpu: &Gpu, model: &Model, lora: &Lora) -> Result<MergedWeights> {
+        let s = lora.scale();
+        check_lora(model, lora)?;
+        let mut layers = Vec::with_capacity(model.cfg.layers);
+        for (i, w) in model.weights.layers.iter().enumerate() {
+            let mut row = Vec::with_capacity(7);
+            for p in Proj::all() {
+                row.push(match lora.params.pair(i, p) {
+                    None => None,
+                    Some(pair) => Some(merge_linear(gpu, w.linear(p), pair, s)?),
+                });
+            }
+            layers.push(row);
+        }
+        Ok(MergedWeights { layers })
+    }
+
+    /// Bytes of the merged f32 weights.
+    pub fn bytes(&self) -> u64 {
+        self.layers.iter().flatten().flatten().map(|l| l.w.bytes()).sum()
+    }
+}
+
+/// W' (out, in) f32 = W + s·B (out, r)·A (r, in).
+fn merge_linear(gpu: &Gpu, lin: &Linear, pair: &LoraPair, s: f32) -> Result<Linear> {
+    let (out, inp) = (lin.w.rows(), lin.w.cols());
+    let w = gpu.zeros(&[out, inp], DType::F32, Category::Weights)?;
+    // Row r of W gathered as "token" r: the embedding kernel unpacks any weight dtype to f32.
+    let rows: Vec<u32> = (0..out as u32).collect();
+    let ids = gpu.upload_u32(&rows, &[out], Category::Scratch)?;
+    embedding_forward(gpu, std::slice::from_ref(&lin.w), out, &ids, &w);
+    matmul_nn(gpu, &pair.b, &pair.a, &w, s, 1.0);
+    Ok(Linear { w, b: lin.b.clone() })
+}
+
+fn check_lora(model: &Model, lora: &Lora) -> Result<()> {
+    let cfg = &model.cfg;
+    let ok = lora.params.layers.len() == cfg.layers && lora.params.layers.iter().all(|l| l.len() == 7);
+    if !ok {
+        return Err(Error::msg(format!(
+            "generate: the adapter has {} layers, the model {}",
+            lora.params.layers.len(),
+            cfg.layers
+        )));
+    }
+    Ok(())
+}
+
+fn check_ids(cfg: &ModelConfig, ids: &[u32]) -> Result<()> {
+    if ids.is_empty() {
+        return Err(Error::msg("generate: no input tokens"));
+    }
+    if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= cfg.vocab) {
+        return Err(Error::msg(format!("generate: token {i} is id {id}, past the vocabulary ({})", cfg.vocab)));
+    }
+    Ok(())
+}
+
+fn act(gpu: &Gpu, shape: &[usize]) -> Result<Tensor> {
+    Ok(gpu.zeros(shape, DType::F32, Category::Activations)?)
+}
+
+/// The same buffer seen with another shape of no more elements.
+fn view(t: &Tensor, shape: &[usize]) -> Tensor {
+    let mut v = t.clone();
+    v.shape = shape.to_vec();
+    v
+}
+
+/// x (n, C) = embedding rows of ids (n) u32.
+fn embed(gpu: &Gpu, model: &Model, ids: &Tensor, x: &Tensor) {
+    embedding_forward(gpu, &model.weights.embed.chunks, model.weights.embed.chunk_rows, ids, x);
+}
+
+/// Buffers of the last row's logits.
+struct LogitsBufs {
+    last: Tensor,   // (1, C) last row of the final hidden states
+    xn: Tensor,     // (1, C) after the final rmsnorm
+    rstd: Tensor,   // (1)
+    logits: Tensor, // (1, V)
+    /// (1, chunk_rows) one vocab chunk's product, when the table has several chunks
+    part: Option<Tensor>,
+}
+
+impl LogitsBufs {
+    fn new(gpu: &Gpu, model: &Model) -> Result<LogitsBufs> {
+        let (c, table) = (model.cfg.hidden, model.weights.output_table());
+        Ok(LogitsBufs {
+            last: act(gpu, &[1, c])?,
+            xn: act(gpu, &[1, c])?,
+            rstd: act(gpu, &[1])?,
+            logits: act(gpu, &[1, model.cfg.vocab])?,
+            part: if table.chunks.len() > 1 { Some(act(gpu, &[1, table.chunk_rows])?) } else { None },
+        })
+    }
+
+    /// logits (1, V) of the last row of x (n, C): final rmsnorm of that row, then the output
+    /// table chunk by chunk (each chunk's (1, rows) product copied into place).
+    fn compute(&self, gpu: &Gpu, model: &Model, x: &Tensor) {
+        let cfg = &model.cfg;
+        let last = if x.rows() == 1 {
+            x
+        } else {
+            copy_rows(gpu, x, x.rows() - 1, &self.last, 0, 1);
+            &self.last
+        };
+        rmsnorm_forward(gpu, last, &model.weights.norm, cfg.rms_norm_eps as f32, &self.xn, &self.rstd);
+        let table = model.weights.output_table();
+        let Some(part) = &self.part else {
+            matmul_nt(gpu, &self.xn, &table.chunks[0], None, &self.logits, 1.0, 0.0);
+            return;
+        };
+        let flat = view(&self.logits, &[cfg.vocab, 1]);
+        let mut v0 = 0;
+        for chunk in &table.chunks {
+            let rows = chunk.rows();
+            matmul_nt(gpu, &self.xn, chunk, None, &view(part, &[1, rows]), 1.0, 0.0);
+            copy_rows(gpu, &view(part, &[rows, 1]), 0, &flat, v0, rows);
+            v0 += rows;
+        }
+    }
+}
+
+async fn read_logits(gpu: &Gpu, logits: &Tensor) -> Result<Vec<f32>> {
+    let v = gpu.read_f32(logits).await?;
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::msg(format!("generate: logit {i} is {} (the forward overflowed)", v[i])));
+    }
+    Ok(v)
+}
+
+/// The activations of a forward of n new tokens, reused by every layer and by every call with
+/// the same n, so that a decode step allocates nothing.
+struct Workspace {
+    n: usize,
+    ids: Tensor,    // (n) u32
+    x: [Tensor; 2], // (n, C) block input and output, alternating
+    xn: Tensor,     // (n, C) rmsnorm output (both norms of a block)
+    rstd: Tensor,   // (n)
+    q: Tensor,      // (n, Hq·D)
+    k: Tensor,      // (n, Hkv·D)
+    v: Tensor,      // (n, Hkv·D)
+    o: Tensor,      // (n, Hq·D)
+    h: Tensor,      // (n, C) residual after attention
+    g: Tensor,      // (n, F)
+    u: Tensor,      // (n, F)
+    m: Tensor,      // (n, F)
+    out: LogitsBufs,
+}
+
+impl Workspace {
+    fn new(gpu: &Gpu, model: &Model, n: usize) -> Result<Workspace> {
+        let cfg = &model.cfg;
+        let (c, f) = (cfg.hidden, cfg.intermediate);
+        let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+        Ok(Workspace {
+            n,
+            ids: gpu.zeros(&[n], DType::F32, Category::Activations)?,
+            x: [act(gpu, &[n, c])?, act(gpu, &[n, c])?],
+            xn: act(gpu, &[n, c])?,
+            rstd: act(gpu, &[n])?,
+            q: act(gpu, &[n, qd])?,
+            k: act(gpu, &[n, kvd])?,
+            v: act(gpu, &[n, kvd])?,
+            o: act(gpu, &[n, qd])?,
+            h: act(gpu, &[n, c])?,
+            g: act(gpu, &[n, f])?,
+            u: act(gpu, &[n, f])?,
+            m: act(gpu, &[n, f])?,
+            out: LogitsBufs::new(gpu, model)?,
+        })
+    }
+}
+
+/// The cached forward of one sequence: owns its KV cache, RoPE table and (optionally) merged
+/// weights; each [`Decoder::forward`] appends tokens and returns the last one's logits.
+pub struct Decoder<'a> {
+    model: &'a Model,
+    lora: Option<&'a Lora>,
+    merged: Option<MergedWeights>,
+    /// cos/sin for positions [0, max_seq)
+    rope: RopeTable,
+    pub cache: KvCache,
+    /// Activations of the last call's n (a decode step's n = 1 stays allocated).
+    ws: Option<Workspace>,
+}
+
+impl<'a> Decoder<'a> {
+    /// A decoder for up to `max_seq` positions; with `merge` (and an adapter) LoRA is folded into
+    /// f32 weights first.
+    pub fn new(gpu: &Gpu, model: &'a Model, lora: Option<&'a Lora>, max_seq: usize, merge: bool) -> Result<Self> {
+        if let Some(l) = lora {
+            check_lora(model, l)?;
+        }
+        let cfg = &model.cfg;
+        let max_seq = max_seq.max(1);
+        let merged = match (merge, lora) {
+            (true, Some(l)) => Some(MergedWeights::build(gpu, model, l)?),
+            _ => None,
+        };
+        let rope = rope_table(gpu, max_seq, cfg.head_dim, cfg.rope_theta)?;
+        let cache = KvCache::new(gpu, cfg, max_seq)?;
+        Ok(Decoder { model, lora, merged, rope, cache, ws: None })
+    }
+
+    /// Positions already in the cache.
+    pub fn len(&self) -> usize {
+        self.cache.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.len == 0
+    }
+
+    /// Feed `ids` at positions [len, len + n): their keys and values join the cache; returns
+    /// the logits (V) after the last of them.
+    pub async fn forward(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Vec<f32>> {
+        let logits = self.encode(gpu, ids)?;
+        read_logits(gpu, &logits).await
+    }
+
+    /// Record the forward of `ids`; returns the (1, V) logits tensor (not yet read; the next
+    /// call overwrites it).
+    pub fn encode(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Tensor> {
+        check_ids(&self.model.cfg, ids)?;
+        let (p0, n) = (self.cache.len, ids.len());
+        if p0 + n > self.cache.max_seq {
+            return Err(Error::msg(format!(
+                "generate: {p0} cached + {n} new positions exceed the cache's {}",
+                self.cache.max_seq
+            )));
+        }
+        let ws = match self.ws.take() {
+            Some(ws) if ws.n == n => ws,
+            old => {
+                drop(old);
+                Workspace::new(gpu, self.model, n)?
+            }
+        };
+        gpu.write_f32(&ws.ids, bytemuck::cast_slice(ids));
+        embed(gpu, self.model, &ws.ids, &ws.x[0]);
+        for l in 0..self.model.cfg.layers {
+            self.block(gpu, &ws, l, p0)?;
+        }
+        self.cache.len = p0 + n;
+        let x = &ws.x[self.model.cfg.layers % 2];
+        ws.out.compute(gpu, self.model, x);
+        let logits = ws.out.logits.clone();
+        self.ws = Some(ws);
+        Ok(logits)
+    }
+
+    /// y = linear p of layer l applied to x: merged, or the frozen weight plus LoRA.
+    fn proj(&self, gpu: &Gpu, l: usize, p: Proj, x: &Tensor, y: &Tensor) -> Result<()> {
+        if let Some(m) = self.merged.as_ref().and_then(|m| m.layers[l][p as usize].as_ref()) {
+            return lora_linear_forward(gpu, x, m, None, 0.0, y);
+        }
+        let lin = self.model.weights.layers[l].linear(p);
+        let pair = self.lora.and_then(|lo| lo.params.pair(l, p));
+        lora_linear_forward(gpu, x, lin, pair, self.lora.map_or(0.0, |lo| lo.scale()), y)
+    }
+
+    /// Decoder block l over ws.x[l % 2] (n, C) at positions p0.., into ws.x[(l + 1) % 2]; as
+    /// [`block_forward`] but with the cache:
+    /// y = h + down(silu(gate(xn2))·up(xn2)), h = x + o(attn(rope(q), cache k, v)).
+    fn block(&mut self, gpu: &Gpu, ws: &Workspace, l: usize, p0: usize) -> Result<()> {
+        let cfg = &self.model.cfg;
+        let w = &self.model.weights.layers[l];
+        let (x, y) = (&ws.x[l % 2], &ws.x[(l + 1) % 2]);
+        let eps = cfg.rms_norm_eps as f32;
+        rmsnorm_forward(gpu, x, &w.input_norm, eps, &ws.xn, &ws.rstd);
+        self.proj(gpu, l, Proj::Q, &ws.xn, &ws.q)?;
+        self.proj(gpu, l, Proj::K, &ws.xn, &ws.k)?;
+        self.proj(gpu, l, Proj::V, &ws.xn, &ws.v)?;
+        rope_forward_at(gpu, &ws.q, cfg.heads, &self.rope, p0);
+        rope_forward_at(gpu, &ws.k, cfg.kv_heads, &self.rope, p0);
+        copy_rows(gpu, &ws.k, 0, &self.cache.k[l], p0, ws.n);
+        copy_rows(gpu, &ws.v, 0, &self.cache.v[l], p0, ws.n);
+        let heads = HeadShape { heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
+        attention_cached(gpu, &heads, &ws.q, &self.cache.k[l], &self.cache.v[l], p0, &ws.o);
+        self.proj(gpu, l, Proj::O, &ws.o, &ws.h)?;
+        axpy(gpu, 1.0, x, &ws.h);
+        rmsnorm_forward(gpu, &ws.h, &w.post_norm, eps, &ws.xn, &ws.rstd);
+        self.proj(gpu, l, Proj::Gate, &ws.xn, &ws.g)?;
+        self.proj(gpu, l, Proj::Up, &ws.xn, &ws.u)?;
+        swiglu_forward(gpu, &ws.g, &ws.u, &ws.m);
+        self.proj(gpu, l, Proj::Down, &ws.m, y)?;
+        axpy(gpu, 1.0, &ws.h, y);
+        Ok(())
+    }
+}
+
+/// Last-position logits (V) of a full forward over `ids` without a cache: the training
+/// [`block_forward`] over the whole sequence (batch 1, no padding), then the last row's logits.
+pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u32]) -> Result<Vec<f32>> {
+    let cfg = &model.cfg;
+    check_ids(cfg, ids)?;
+    if let Some(l) = lora {
+        check_lora(model, l)?;
+    }
+    let t = ids.len();
+    let rope = rope_table(gpu, t, cfg.head_dim, cfg.rope_theta)?;
+    let ctx = BlockCtx {
+        cfg,
+        attn: AttnShape { batch: 1, seq: t, heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim },
+        rope: &rope,
+        mask: None,
+        scale: lora.map_or(0.0, |l| l.scale()),
+    };
+    let tids = gpu.upload_u32(ids, &[t], Category::Activations)?;
+    let mut x = act(gpu, &[t, cfg.hidden])?;
+    embed(gpu, model, &tids, &x);
+    for (i, w) in model.weights.layers.iter().enumerate() {
+        let row = lora.map(|l| l.params.layers[i].as_slice());
+        x = block_forward(gpu, &ctx, w, row, &x, false)?.0;
+    }
+    let out = LogitsBufs::new(gpu, model)?;
+    out.compute(gpu, model, &x);
+    read_logits(gpu, &out.logits).await
+}
+
+/// SplitMix64: a small seeded generator, the same on every platform.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The first index of the largest value.
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Pick the next token from `logits` (V, finite): argmax when temperature is 0; otherwise
+/// softmax(logits / temperature) restricted to the top_k most likely, then to the smallest
+/// most-likely prefix reaching top_p (at least one token), renormalised, and drawn with `rng`.
+/// Ties rank the lower id first, so top_k = 1 is greedy.
+pub fn sample(logits: &[f32], opts: &GenerateOptions, rng: &mut SplitMix64) -> u32 {
+    if opts.temperature == 0.0 || logits.len() <= 1 {
+        return argmax(logits) as u32;
+    }
+    let t = opts.temperature as f64;
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+    let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    if opts.top_k > 0 && opts.top_k < order.len() {
+        order.select_nth_unstable_by(opts.top_k - 1, by_logit);
+        order.truncate(opts.top_k);
+    }
+    order.sort_unstable_by(by_logit);
+    let top = logits[order[0] as usize] as f64 / t;
+    let mut w: Vec<f64> = order.iter().map(|&i| (logits[i as usize] as f64 / t - top).exp()).collect();
+    if opts.top_p < 1.0 {
+        let z: f64 = w.iter().sum();
+        let mut cum = 0.0;
+        let mut keep = w.len();
+        for (i, wi) in w.iter().enumerate() {
+            cum += wi / z;
+            if cum >= opts.top_p as f64 {
+                keep = i + 1;
+                break;
+            }
+        }
+        w.truncate(keep);
+    }
+    let mut u = rng.uniform() * w.iter().sum::<f64>();
+    for (i, wi) in w.iter().enumerate() {
+        if u < *wi {
+            return order[i];
+        }
+        u -= wi;
+    }
+    order[w.len() - 1]
+}
+
+/// Generate from prompt ids; `on_token` is called with each new id as soon as it is sampled (for
+/// streaming) and may return false to cancel. Returns the new ids (an EOS id that stopped it
+/// included). Stops at max_new_tokens, after an id in `opts.eos_ids`, or on cancel.
+pub async fn generate(
+    gpu: &Gpu,
+    model: &Model,
+    lora: Option<&Lora>,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<Vec<u32>> {
+    opts.validate()?;
+    check_ids(&model.cfg, prompt)?;
+    if opts.max_new_tokens == 0 {
+        return Ok(Vec::new());
+    }
+    // The last sampled token is never fed back.
+    let max_seq = prompt.len() + opts.max_new_tokens - 1;
+    let mut dec = Decoder::new(gpu, model, lora, max_seq, opts.merge)?;
+    let mut rng = SplitMix64::new(opts.seed);
+    let mut out = Vec::new();
+    let mut logits = dec.forward(gpu, prompt).await?;
+    loop {
+        let tok = sample(&logits, opts, &mut rng);
+        out.push(tok);
+        if !on_token(tok) || opts.eos_ids.contains(&tok) || out.len() >= opts.max_new_tokens {
+            return Ok(out);
+        }
+        logits = dec.forward(gpu, &[tok]).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(temperature: f32, top_k: usize, top_p: f32) -> GenerateOptions {
+        GenerateOptions { temperature, top_k, top_p, ..Default::default() }
+    }
+
+    #[test]
+    fn sample_greedy_top_k_top_p() {
+        let logits = [0.5f32, 2.0, -1.0, 2.0, 1.0];
+        let mut rng = SplitMix64::new(1);
+        // Ties: the lower id.
+        assert_eq!(sample(&logits, &opts(0.0, 0, 1.0), &mut rng), 1);
+        assert_eq!(sample(&logits, &opts(1.5, 1, 1.0), &mut rng), 1);
+        // top_k = 2 keeps ids 1 and 3 only; a tiny top_p keeps only the first of them.
+        for _ in 0..50 {
+            let t = sample(&logits, &opts(1.0, 2, 1.0), &mut rng);
+            assert!(t == 1 || t == 3, "top_k 2 drew {t}");
+            assert_eq!(sample(&logits, &opts(1.0, 0, 0.01), &mut rng), 1);
+        }
+    }
+
+    #[test]
+    fn sample_matches_softmax_frequencies() {
+        // p = softmax(logits / 0.5) restricted to top_p 0.9: ids 0 (0.867), 1 (0.117) stay.
+        let logits = [1.0f32, 0.0, -1.0, -3.0];
+        let o = opts(0.5, 0, 0.9);
+        let e: Vec<f64> = logits.iter().map(|&x| (x as f64 / 0.5).exp()).collect();
+        let z: f64 = e.iter().sum();
+        let (p0, p1) = (e[0] / z, e[1] / z);
+        assert!(p0 < 0.9 && p0 + p1 >= 0.9);
+        let mut rng = SplitMix64::new(42);
+        let mut counts = [0usize; 4];
+        let draws = 20_000;
+        for _ in 0..draws {
+            counts[sample(&logits, &o, &mut rng) as usize] += 1;
+        }
+        assert_eq!(counts[2] + counts[3], 0, "tokens outside top_p were drawn: {counts:?}");
+        let f0 = counts[0] as f64 / draws as f64;
+        let want = p0 / (p0 + p1);
+        assert!((f0 - want).abs() < 0.01, "frequency of id 0 {f0} vs {want}");
+    }
+
+    #[test]
+    fn options_are_validated() {
+        assert!(opts(-1.0, 0, 1.0).validate().is_err());
+        assert!(opts(f32::NAN, 0, 1.0).validate().is_err());
+        assert!(opts(1.0, 0, 0.0).validate().is_err());
+        assert!(opts(1.0, 0, 1.5).validate().is_err());
+        assert!(GenerateOptions::default().validate().is_ok());
+    }
+}

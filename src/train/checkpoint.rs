@@ -1,0 +1,107 @@
+//! Training checkpoints: one safetensors file holding the LoRA parameters, the
+//! optimizer state and (in its metadata) the trainer state — step, epoch, data
+//! cursor, seed, losses and the configuration — so a single atomic rename
+//! replaces one complete state with the next.
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+
+/// Key of the JSON trainer state in the safetensors metadata.
+const STATE_KEY: &str = "webtune.train_state";
+
+pub type NamedF32 = (String, Vec<usize>, Vec<f32>);
+
+/// Encode a checkpoint: `state` is serialized to JSON into the metadata.
+pub fn encode<S: serde::Serialize>(state: &S, tensors: &[NamedF32]) -> Result<Vec<u8>> {
+    let json = serde_json::to_string(state).map_err(|e| Error::msg(format!("checkpoint state: {e}")))?;
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| bytemuck::cast_slice(v).to_vec()).collect();
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((name, shape, _), b)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), b)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| Error::msg(format!("checkpoint tensor {name}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut meta = HashMap::new();
+    meta.insert(STATE_KEY.to_string(), json);
+    meta.insert("format".to_string(), "pt".to_string());
+    safetensors::serialize(views, Some(meta)).map_err(|e| Error::msg(format!("checkpoint: {e}")))
+}
+
+/// Decode a checkpoint written by [`encode`]; `what` names the file in errors.
+pub fn decode<S: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<(S, Vec<NamedF32>)> {
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::msg(format!("{what}: not a valid checkpoint: {e}")))?;
+    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
+        .map_err(|e| Error::msg(format!("{what}: not a valid checkpoint: {e}")))?;
+    let json = meta
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get(STATE_KEY))
+        .ok_or_else(|| Error::msg(format!("{what}: no trainer state in the checkpoint metadata")))?;
+    let state: S = serde_json::from_str(json).map_err(|e| Error::msg(format!("{what}: trainer state: {e}")))?;
+    let mut tensors = Vec::new();
+    for (name, view) in st.tensors() {
+        if view.dtype() != safetensors::Dtype::F32 {
+            return Err(Error::msg(format!("{what}: {name}: expected F32, found {:?}", view.dtype())));
+        }
+        let vals: Vec<f32> = bytemuck::pod_collect_to_vec(view.data());
+        tensors.push((name, view.shape().to_vec(), vals));
+    }
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((state, tensors))
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory,
+/// flushed to disk, then renamed over the target. A crash leaves the old file or the new one.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all(); // directory fsync is best effort (not supported everywhere)
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct S {
+        step: u32,
+        losses: Vec<f32>,
+    }
+
+    #[test]
+    fn round_trip() {
+        let s = S { step: 7, losses: vec![1.5, 0.25] };
+        let t = vec![("b".to_string(), vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), ("a".to_string(), vec![1], vec![-1.0])];
+        let bytes = encode(&s, &t).unwrap();
+        let (s2, t2): (S, Vec<NamedF32>) = decode(&bytes, "x").unwrap();
+        assert_eq!(s, s2);
+        assert_eq!(t2[0], t[1]);
+        assert_eq!(t2[1], t[0]);
+    }
+
+    #[test]
+    fn truncated_is_an_error() {
+        let bytes = encode(&S { step: 1, losses: vec![] }, &[("a".into(), vec![4], vec![0.0; 4])]).unwrap();
+        let err = decode::<S>(&bytes[..bytes.len() - 3], "ckpt.safetensors").unwrap_err().to_string();
+        assert!(err.contains("ckpt.safetensors"), "{err}");
+    }
+}

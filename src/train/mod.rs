@@ -1,0 +1,8 @@
+//! Training: the trainer (batches, accumulation, checkpoints that resume exactly),
+//! the optimizers over a LoRA set (AdamW, SGD) with global-norm gradient
+//! clipping, and the learning-rate schedules of transformers.
+
+pub mod optimizer;
+pub mod schedule;
+pub mod checkpoint;
+pub mod trainer;

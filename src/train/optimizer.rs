@@ -1,0 +1,639 @@
+//! The optimizer over a whole LoRA set: torch.optim.AdamW or torch.optim.SGD, preceded by
+//! `torch.nn.utils.clip_grad_norm_` over every gradient together.
+//!
+//! A step computes the global squared gradient norm on the GPU into a (1) tensor, and each
+//! update kernel derives the clip factor from it ([`crate::kernels::optimizer`]), so stepping
+//! needs no readback. The norm is computed even when clipping is off, for logging
+//! ([`Optimizer::last_grad_norm`]). Gradients are read, never modified or zeroed.
+//! Checkpoint state uses PEFT's keys with torch's state names appended
+//! (".exp_avg", ".exp_avg_sq", ".momentum_buffer").
+
+use crate::error::{Error, Result};
+use crate::formats::peft;
+use crate::gpu::{Category, DType, Gpu, Tensor};
+use crate::kernels::elementwise::{fill, sum_squares};
+use crate::kernels::optimizer::{adamw_step, sgd_momentum_step, AdamW, Sgd};
+use crate::model::lora::{Lora, LoraSet};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptimizerKind {
+    AdamW,
+    Sgd,
+}
+
+impl std::str::FromStr for OptimizerKind {
+    type Err = Error;
+    /// "adamw" (also transformers' "adamw_torch"), "sgd"; case-insensitive.
+    fn from_str(s: &str) -> Result<OptimizerKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "adamw" | "adamw_torch" => Ok(OptimizerKind::AdamW),
+            "sgd" => Ok(OptimizerKind::Sgd),
+            _ => Err(Error::msg(format!("unknown optimizer {s:?} (adamw or sgd)"))),
+        }
+    }
+}
+
+impl std::fmt::Display for OptimizerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OptimizerKind::AdamW => "adamw",
+            OptimizerKind::Sgd => "sgd",
+        })
+    }
+}
+
+/// Hyperparameters, with torch's and the HF Trainer's names and defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimizerConfig {
+    pub kind: OptimizerKind,
+    /// Base learning rate (the schedule's peak; [`Optimizer::step`] takes the scheduled one).
+    pub lr: f32,
+    /// AdamW only.
+    pub beta1: f32,
+    /// AdamW only.
+    pub beta2: f32,
+    /// AdamW only.
+    pub eps: f32,
+    /// AdamW: decoupled (p ← p·(1 − lr·wd)); SGD: coupled, added to the gradient (torch's SGD).
+    pub weight_decay: f32,
+    /// Global gradient-norm clipping; 0 (or ≤ 0, or infinite) turns it off, as in the HF Trainer.
+    pub max_grad_norm: f32,
+    /// SGD only: momentum μ (dampening 0, not Nesterov); 0 = plain SGD with no state.
+    pub momentum: f32,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> OptimizerConfig {
+        OptimizerConfig {
+            kind: OptimizerKind::AdamW,
+            lr: 2e-4,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            momentum: 0.0,
+        }
+    }
+}
+
+impl OptimizerConfig {
+    /// Refuse values torch would refuse (or that make a step divide by zero).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str, v: f32, want: &str| Err(Error::msg(format!("optimizer: {what} = {v} (want {want})")));
+        if !(self.lr >= 0.0 && self.lr.is_finite()) {
+            return bad("lr", self.lr, "a finite value ≥ 0");
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return bad("weight_decay", self.weight_decay, "a finite value ≥ 0");
+        }
+        if self.max_grad_norm.is_nan() {
+            return bad("max_grad_norm", self.max_grad_norm, "a number; 0 turns clipping off");
+        }
+        match self.kind {
+            OptimizerKind::AdamW => {
+                for (what, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+                    if !(0.0..1.0).contains(&b) {
+                        return bad(what, b, "0 ≤ β < 1");
+                    }
+                }
+                if !(self.eps >= 0.0 && self.eps.is_finite()) {
+                    return bad("eps", self.eps, "a finite value ≥ 0");
+                }
+            }
+            OptimizerKind::Sgd => {
+                if !(self.momentum >= 0.0 && self.momentum.is_finite()) {
+                    return bad("momentum", self.momentum, "a finite value ≥ 0");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Optimizer state shaped like the parameters (Category::Optimizer).
+enum State {
+    /// AdamW: exp_avg and exp_avg_sq.
+    AdamW { m: LoraSet, v: LoraSet },
+    /// SGD: the momentum buffer, when momentum ≠ 0.
+    Sgd { buf: Option<LoraSet> },
+}
+
+pub struct Optimizer {
+    cfg: OptimizerConfig,
+    /// Updates done; the next one is step `step + 1` (AdamW's bias corrections are 1-based).
+    step: u32,
+    state: State,
+    /// norm_sq: (1) Σ grad² over every gradient of the last step.
+    norm_sq: Tensor,
+}
+
+/// Whether two sets hold tensors of the same shapes at the same (layer, projection).
+fn same_structure(a: &LoraSet, b: &LoraSet) -> bool {
+    a.layers.len() == b.layers.len()
+        && a.layers.iter().zip(&b.layers).all(|(la, lb)| {
+            la.len() == lb.len()
+                && la.iter().zip(lb).all(|(pa, pb)| match (pa, pb) {
+                    (None, None) => true,
+                    (Some(x), Some(y)) => x.a.shape == y.a.shape && x.b.shape == y.b.shape,
+                    _ => false,
+                })
+        })
+}
+
+/// Every tensor of a set under its PEFT key with `suffix` appended, in PEFT order.
+fn keyed<'a>(set: &'a LoraSet, suffix: &str) -> Vec<(String, &'a Tensor)> {
+    let mut out = Vec::new();
+    for (i, p, pair) in set.iter() {
+        out.push((format!("{}{suffix}", peft::lora_a_key(i, p)), &pair.a));
+        out.push((format!("{}{suffix}", peft::lora_b_key(i, p)), &pair.b));
+    }
+    out
+}
+
+impl Optimizer {
+    /// Bytes of optimizer state for parameters of `param_bytes` (planning): two moments for
+    /// AdamW, one buffer for SGD with momentum, plus the norm scalar.
+    pub fn state_bytes(cfg: &OptimizerConfig, param_bytes: u64) -> u64 {
+        let copies = match cfg.kind {
+            OptimizerKind::AdamW => 2,
+            OptimizerKind::Sgd if cfg.momentum != 0.0 => 1,
+            OptimizerKind::Sgd => 0,
+        };
+        copies * param_bytes + 4
+    }
+
+    /// Validate the configuration and allocate zeroed state shaped like `params`.
+    pub fn new(gpu: &Gpu, cfg: OptimizerConfig, params: &Lora) -> Result<Optimizer> {
+        cfg.validate()?;
+        let state = match cfg.kind {
+            OptimizerKind::AdamW => State::AdamW {
+                m: params.zeros_like(gpu, Category::Optimizer)?,
+                v: params.zeros_like(gpu, Category::Optimizer)?,
+            },
+            OptimizerKind::Sgd if cfg.momentum != 0.0 => {
+                State::Sgd { buf: Some(params.zeros_like(gpu, Category::Optimizer)?) }
+            }
+            OptimizerKind::Sgd => State::Sgd { buf: None },
+        };
+        let norm_sq = gpu.zeros(&[1], DType::F32, Category::Scratch)?;
+        Ok(Optimizer { cfg, step: 0, state, norm_sq })
+    }
+
+    pub fn config(&self) -> &OptimizerConfig {
+        &self.cfg
+    }
+
+    pub fn step_count(&self) -> u32 {
+        self.step
+    }
+
+    /// The (1) tensor holding Σ grad² of the last step (e.g. to test for a non-finite norm on the GPU).
+    pub fn norm_sq(&self) -> &Tensor {
+        &self.norm_sq
+    }
+
+    /// One update of every parameter from `grads` with learning rate `lr` (from the
+    /// schedule), after global-norm clipping; increments the step count. `params` and `grads`
+    /// must be shaped like the set the optimizer was made for. Does not zero the grads.
+    pub fn step(&mut self, gpu: &Gpu, params: &LoraSet, grads: &LoraSet, lr: f32) {
+        assert!(same_structure(params, grads), "Optimizer::step: parameters and gradients differ in structure");
+        self.step = self.step.saturating_add(1);
+        let mut first = true;
+        for (_, _, g) in grads.iter() {
+            for t in [&g.a, &g.b] {
+                sum_squares(gpu, t, &self.norm_sq, !first);
+                first = false;
+            }
+        }
+        if first {
+            fill(gpu, &self.norm_sq, 0.0);
+        }
+        let c = &self.cfg;
+        let max_norm = c.max_grad_norm;
+        match &self.state {
+            State::AdamW { m, v } => {
+                assert!(same_structure(params, m), "Optimizer::step: parameters differ from the optimizer's state");
+                let h = AdamW { lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weight_decay: c.weight_decay };
+                for (i, proj, p) in params.iter() {
+                    let (g, m, v) = (grads.pair(i, proj), m.pair(i, proj), v.pair(i, proj));
+                    let (Some(g), Some(m), Some(v)) = (g, m, v) else { continue };
+                    adamw_step(gpu, &h, self.step, &p.a, &g.a, &m.a, &v.a, &self.norm_sq, max_norm);
+                    adamw_step(gpu, &h, self.step, &p.b, &g.b, &m.b, &v.b, &self.norm_sq, max_norm);
+                }
+            }
+            State::Sgd { buf } => {
+                if let Some(b) = buf {
+                    assert!(same_structure(params, b), "Optimizer::step: parameters differ from the optimizer's state");
+                }
+                let h = Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay };
+                for (i, proj, p) in params.iter() {
+                    let Some(g) = grads.pair(i, proj) else { continue };
+                    let b = buf.as_ref().and_then(|b| b.pair(i, proj));
+                    sgd_momentum_step(gpu, &h, &p.a, &g.a, b.map(|b| &b.a), &self.norm_sq, max_norm);
+                    sgd_momentum_step(gpu, &h, &p.b, &g.b, b.map(|b| &b.b), &self.norm_sq, max_norm);
+                }
+            }
+        }
+    }
+
+    /// The global gradient norm of the last step, before clipping (what clip_grad_norm_
+    /// returns); 0 before the first step. Reads one scalar back.
+    pub async fn last_grad_norm(&self, gpu: &Gpu) -> Result<f32> {
+        let v = gpu.read_f32(&self.norm_sq).await?;
+        Ok((v.first().copied().unwrap_or(0.0) as f64).sqrt() as f32)
+    }
+
+    /// Every state tensor under its checkpoint key.
+    fn state_tensors(&self) -> Vec<(String, &Tensor)> {
+        match &self.state {
+            State::AdamW { m, v } => {
+                let mut out = keyed(m, ".exp_avg");
+                out.extend(keyed(v, ".exp_avg_sq"));
+                out
+            }
+            State::Sgd { buf: Some(b) } => keyed(b, ".momentum_buffer"),
+            State::Sgd { buf: None } => Vec::new(),
+        }
+    }
+
+    /// State for checkpoints: the step count and every state tensor as (PEFT key +
+    /// ".exp_avg" / ".exp_avg_sq" (AdamW) or ".momentum_buffer" (SGD with momentum), shape,
+    /// values). Plain SGD has no tensors.
+    pub async fn state(&self, gpu: &Gpu) -> Result<(u32, Vec<(String, Vec<usize>, Vec<f32>)>)> {
+        let mut out = Vec::new();
+        for (key, t) in self.state_tensors() {
+            out.push((key, t.shape.clone(), gpu.read_f32(t).await?));
+        }
+        Ok((self.step, out))
+    }
+
+    /// Restore what [`Optimizer::state`] returned. Every expected tensor must be present with
+    /// its shape and no other may be; nothing is changed unless all of them are.
+    pub fn load_state(&mut self, gpu: &Gpu, step: u32, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Result<()> {
+        let mut given: std::collections::HashMap<&str, (&[usize], &[f32])> = Default::default();
+        for (k, s, v) in tensors {
+            if given.insert(k.as_str(), (s, v)).is_some() {
+                return Err(Error::msg(format!("optimizer state: tensor {k} appears twice")));
+            }
+        }
+        let expected = self.state_tensors();
+        let mut writes = Vec::with_capacity(expected.len());
+        for (key, t) in &expected {
+            let Some(&(shape, values)) = given.get(key.as_str()) else {
+                return Err(Error::msg(format!(
+                    "optimizer state: missing {key} (the state is not of a {} optimizer for this adapter)",
+                    self.cfg.kind
+                )));
+            };
+            if shape != t.shape.as_slice() || values.len() != t.numel() {
+                return Err(Error::msg(format!(
+                    "optimizer state: {key} has shape {shape:?} with {} values, the adapter needs {:?}",
+                    values.len(),
+                    t.shape
+                )));
+            }
+            writes.push((*t, values));
+        }
+        if given.len() != expected.len() {
+            let known: std::collections::HashSet<&str> = expected.iter().map(|(k, _)| k.as_str()).collect();
+            let extra = tensors.iter().map(|(k, _, _)| k.as_str()).find(|k| !known.contains(k)).unwrap_or("?");
+            return Err(Error::msg(format!(
+                "optimizer state: unexpected tensor {extra} (the state is not of a {} optimizer for this adapter)",
+                self.cfg.kind
+            )));
+        }
+        for (t, values) in writes {
+            gpu.write_f32(t, values);
+        }
+        self.step = step;
+        Ok(())
+    }
+}
+
+/// Zero every tensor of a set (gradients before a step).
+pub fn zero_set(gpu: &Gpu, set: &LoraSet) {
+    for (_, _, pair) in set.iter() {
+        fill(gpu, &pair.a, 0.0);
+        fill(gpu, &pair.b, 0.0);
+    }
+}
+
+/// f64 reference of a whole step over flat host tensors (the set's tensors in PEFT order):
+/// the global clip, then torch's AdamW or SGD per tensor.
+#[cfg(test)]
+pub mod reference {
+    use super::{OptimizerConfig, OptimizerKind};
+    use crate::kernels::optimizer::reference as k;
+
+    /// Host state: parameters and per-tensor moments (m: exp_avg or momentum buffer; v: exp_avg_sq).
+    pub struct Host {
+        pub p: Vec<Vec<f64>>,
+        pub m: Vec<Vec<f64>>,
+        pub v: Vec<Vec<f64>>,
+        pub step: u32,
+    }
+
+    impl Host {
+        pub fn new(p: Vec<Vec<f64>>) -> Host {
+            let zeros: Vec<Vec<f64>> = p.iter().map(|t| vec![0.0; t.len()]).collect();
+            Host { m: zeros.clone(), v: zeros, p, step: 0 }
+        }
+
+        /// One step; returns the global gradient norm.
+        pub fn step(&mut self, c: &OptimizerConfig, grads: &[Vec<f64>], lr: f64) -> f64 {
+            self.step += 1;
+            let norm_sq: f64 = grads.iter().flatten().map(|g| g * g).sum();
+            let clip = k::clip_factor(norm_sq, c.max_grad_norm as f64);
+            let (b1, b2, eps, wd, mu) =
+                (c.beta1 as f64, c.beta2 as f64, c.eps as f64, c.weight_decay as f64, c.momentum as f64);
+            for (j, g) in grads.iter().enumerate() {
+                match c.kind {
+                    OptimizerKind::AdamW => k::adamw_step(
+                        lr,
+                        b1,
+                        b2,
+                        eps,
+                        wd,
+                        self.step,
+                        clip,
+                        &mut self.p[j],
+                        g,
+                        &mut self.m[j],
+                        &mut self.v[j],
+                    ),
+                    OptimizerKind::Sgd => {
+                        let buf = if mu != 0.0 { Some(self.m[j].as_mut_slice()) } else { None };
+                        k::sgd_step(lr, mu, wd, clip, &mut self.p[j], g, buf)
+                    }
+                }
+            }
+            norm_sq.sqrt()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::peft::Adapter;
+    use crate::gpu_test;
+    use crate::kernels::testutil::{assert_close, Rng};
+    use crate::model::layout::Proj;
+    use crate::model::lora::read_set;
+    use crate::train::schedule::{Schedule, ScheduleKind};
+
+    type Named = Vec<(String, Vec<usize>, Vec<f32>)>;
+
+    fn tiny_adapter(seed: u64) -> Adapter {
+        let cfg = crate::store::testdata::tiny_config(false);
+        Adapter::new_init(&cfg, 3, 6.0, &Proj::all(), seed)
+    }
+
+    fn upload(gpu: &Gpu, adapter: &Adapter) -> Lora {
+        let cfg = crate::store::testdata::tiny_config(false);
+        Lora::from_adapter(gpu, &cfg, adapter).unwrap()
+    }
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| x as f64).collect()
+    }
+
+    /// The set's tensors in PEFT order (a, b per pair), as `read_set` returns them.
+    fn tensors(set: &LoraSet) -> Vec<&Tensor> {
+        set.iter().flat_map(|(_, _, p)| [&p.a, &p.b]).collect()
+    }
+
+    /// Write `vals` (one per tensor, in PEFT order) into a set.
+    fn write_set(gpu: &Gpu, set: &LoraSet, vals: &[Vec<f32>]) {
+        let ts = tensors(set);
+        assert_eq!(ts.len(), vals.len());
+        for (t, v) in ts.into_iter().zip(vals) {
+            gpu.write_f32(t, v);
+        }
+    }
+
+    fn random_grads(rng: &mut Rng, set: &LoraSet, a: f32) -> Vec<Vec<f32>> {
+        tensors(set).iter().map(|t| rng.vec(t.numel(), a)).collect()
+    }
+
+    async fn read_flat(gpu: &Gpu, set: &LoraSet) -> Vec<Vec<f32>> {
+        read_set(gpu, set).await.unwrap().into_iter().map(|(_, _, v)| v).collect()
+    }
+
+    fn check_params(what: &str, got: &[Vec<f32>], want: &[Vec<f64>], atol: f64, rtol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (j, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_close(&format!("{what} tensor {j}"), g, w, atol, rtol);
+        }
+    }
+
+    /// Configurations exercised over a LoRA set: clipping active / off, each optimizer.
+    fn configs() -> Vec<OptimizerConfig> {
+        let d = OptimizerConfig::default();
+        vec![
+            OptimizerConfig { lr: 1e-2, weight_decay: 0.01, max_grad_norm: 1.0, ..d.clone() },
+            OptimizerConfig { lr: 1e-2, beta1: 0.8, beta2: 0.95, eps: 1e-3, max_grad_norm: 0.0, ..d.clone() },
+            OptimizerConfig { kind: OptimizerKind::Sgd, lr: 0.1, max_grad_norm: 1.0, ..d.clone() },
+            OptimizerConfig {
+                kind: OptimizerKind::Sgd,
+                lr: 0.1,
+                momentum: 0.9,
+                weight_decay: 0.05,
+                max_grad_norm: 1e6,
+                ..d
+            },
+        ]
+    }
+
+    gpu_test!(async fn optimizer_set_steps_match_reference(gpu) {
+        for (ci, cfg) in configs().into_iter().enumerate() {
+            let lora = upload(gpu, &tiny_adapter(ci as u64));
+            let grads = lora.zeros_like(gpu, Category::Grads).unwrap();
+            let mut opt = Optimizer::new(gpu, cfg.clone(), &lora).unwrap();
+            assert_eq!(opt.last_grad_norm(gpu).await.unwrap(), 0.0);
+            let mut host = reference::Host::new(read_flat(gpu, &lora.params).await.iter().map(|t| f64s(t)).collect());
+            let mut rng = Rng::new(100 + ci as u64);
+            for k in 0..4u32 {
+                let g = random_grads(&mut rng, &grads, 0.5);
+                write_set(gpu, &grads, &g);
+                let lr = cfg.lr * (1.0 - 0.2 * k as f32);
+                opt.step(gpu, &lora.params, &grads, lr);
+                let g64: Vec<Vec<f64>> = g.iter().map(|t| f64s(t)).collect();
+                let norm = host.step(&cfg, &g64, lr as f64);
+                let got = opt.last_grad_norm(gpu).await.unwrap() as f64;
+                assert!((got - norm).abs() <= 1e-5 * norm, "config {ci} step {k}: grad norm {got} vs {norm}");
+                if cfg.max_grad_norm == 1.0 {
+                    assert!(norm > 5.0, "clipping should be active (norm {norm})");
+                }
+            }
+            assert_eq!(opt.step_count(), 4);
+            let what = format!("config {ci} ({})", cfg.kind);
+            check_params(&what, &read_flat(gpu, &lora.params).await, &host.p, 1e-6, 1e-5);
+            // The state as checkpointed matches the reference moments.
+            let (step, state) = opt.state(gpu).await.unwrap();
+            assert_eq!(step, 4);
+            match (cfg.kind, cfg.momentum != 0.0) {
+                (OptimizerKind::AdamW, _) => {
+                    let n = host.m.len();
+                    assert_eq!(state.len(), 2 * n);
+                    assert!(state[0].0.ends_with(".lora_A.weight.exp_avg"), "{}", state[0].0);
+                    assert!(state[n].0.ends_with(".lora_A.weight.exp_avg_sq"), "{}", state[n].0);
+                    let vals: Vec<Vec<f32>> = state.into_iter().map(|(_, _, v)| v).collect();
+                    check_params(&format!("{what} exp_avg"), &vals[..n], &host.m, 1e-7, 1e-5);
+                    check_params(&format!("{what} exp_avg_sq"), &vals[n..], &host.v, 1e-12, 1e-5);
+                }
+                (OptimizerKind::Sgd, true) => {
+                    assert!(state[1].0.ends_with(".lora_B.weight.momentum_buffer"), "{}", state[1].0);
+                    let vals: Vec<Vec<f32>> = state.into_iter().map(|(_, _, v)| v).collect();
+                    check_params(&format!("{what} momentum_buffer"), &vals, &host.m, 1e-6, 1e-5);
+                }
+                (OptimizerKind::Sgd, false) => assert!(state.is_empty()),
+            }
+        }
+    });
+
+    gpu_test!(async fn optimizer_state_round_trip(gpu) {
+        let d = OptimizerConfig::default();
+        for cfg in [
+            OptimizerConfig { lr: 1e-2, weight_decay: 0.01, ..d.clone() },
+            OptimizerConfig { kind: OptimizerKind::Sgd, lr: 0.1, momentum: 0.9, ..d },
+        ] {
+            let adapter = tiny_adapter(7);
+            let lora1 = upload(gpu, &adapter);
+            let grads = lora1.zeros_like(gpu, Category::Grads).unwrap();
+            let mut opt1 = Optimizer::new(gpu, cfg.clone(), &lora1).unwrap();
+            let mut rng = Rng::new(5);
+            let later: Vec<Vec<Vec<f32>>> = (0..5).map(|_| random_grads(&mut rng, &grads, 1.0)).collect();
+            for g in &later[..3] {
+                write_set(gpu, &grads, g);
+                opt1.step(gpu, &lora1.params, &grads, cfg.lr);
+            }
+            // Save, and restore into a fresh adapter and optimizer.
+            let params: Named = read_set(gpu, &lora1.params).await.unwrap();
+            let (step, state) = opt1.state(gpu).await.unwrap();
+            let lora2 = upload(gpu, &Adapter::from_f32(adapter.config.clone(), params));
+            let mut opt2 = Optimizer::new(gpu, cfg.clone(), &lora2).unwrap();
+            opt2.load_state(gpu, step, &state).unwrap();
+            assert_eq!(opt2.step_count(), 3);
+            for g in &later[3..] {
+                write_set(gpu, &grads, g);
+                opt1.step(gpu, &lora1.params, &grads, cfg.lr);
+                opt2.step(gpu, &lora2.params, &grads, cfg.lr);
+            }
+            assert_eq!(read_set(gpu, &lora1.params).await.unwrap(), read_set(gpu, &lora2.params).await.unwrap());
+            assert_eq!(opt1.state(gpu).await.unwrap(), opt2.state(gpu).await.unwrap());
+        }
+    });
+
+    gpu_test!(async fn optimizer_load_state_refuses_mismatches(gpu) {
+        let lora = upload(gpu, &tiny_adapter(1));
+        let mut opt = Optimizer::new(gpu, OptimizerConfig::default(), &lora).unwrap();
+        let (_, good) = opt.state(gpu).await.unwrap();
+        let mut missing = good.clone();
+        missing.pop();
+        let mut reshaped = good.clone();
+        reshaped[0].1 = vec![reshaped[0].2.len()];
+        let mut extra = good.clone();
+        extra.push(("base_model.model.model.layers.9.self_attn.q_proj.lora_A.weight.exp_avg".into(), vec![1], vec![0.0]));
+        let mut twice = good.clone();
+        twice.push(good[0].clone());
+        for (what, bad, needle) in [
+            ("missing", missing, "missing"),
+            ("reshaped", reshaped, "shape"),
+            ("extra", extra, "unexpected"),
+            ("twice", twice, "twice"),
+        ] {
+            match opt.load_state(gpu, 9, &bad) {
+                Err(e) => assert!(e.to_string().contains(needle), "{what}: {e}"),
+                Ok(()) => panic!("{what}: accepted"),
+            }
+            assert_eq!(opt.step_count(), 0, "{what}: a refused state must change nothing");
+        }
+        // AdamW state into plain SGD (which has none) is refused too.
+        let mut sgd = Optimizer::new(gpu, OptimizerConfig { kind: OptimizerKind::Sgd, ..Default::default() }, &lora).unwrap();
+        assert!(sgd.load_state(gpu, 1, &good).is_err());
+        sgd.load_state(gpu, 2, &[]).unwrap();
+        assert_eq!(sgd.step_count(), 2);
+        opt.load_state(gpu, 4, &good).unwrap();
+        assert_eq!(opt.step_count(), 4);
+    });
+
+    // A few AdamW steps on L = ½ Σ c·(p − t)² over every LoRA tensor, with a warmup + cosine
+    // schedule and clipping active: the GPU parameters follow the f64 run.
+    gpu_test!(async fn optimizer_adamw_quadratic(gpu) {
+        let cfg = OptimizerConfig { lr: 0.05, weight_decay: 0.01, max_grad_norm: 1.0, ..Default::default() };
+        let sched = Schedule { kind: ScheduleKind::Cosine, lr: cfg.lr, warmup_steps: 2, total_steps: 10, min_lr_ratio: 0.0 };
+        let lora = upload(gpu, &tiny_adapter(3));
+        let grads = lora.zeros_like(gpu, Category::Grads).unwrap();
+        let mut opt = Optimizer::new(gpu, cfg.clone(), &lora).unwrap();
+        let mut rng = Rng::new(11);
+        let shapes: Vec<usize> = tensors(&lora.params).iter().map(|t| t.numel()).collect();
+        let target: Vec<Vec<f64>> = shapes.iter().map(|&n| f64s(&rng.vec(n, 0.5))).collect();
+        let curv: Vec<Vec<f64>> = shapes.iter().map(|&n| (0..n).map(|_| 0.5 + 1.5 * rng.uniform()).collect()).collect();
+        let grad_of = |p: &[Vec<f64>]| -> Vec<Vec<f64>> {
+            p.iter().zip(&target).zip(&curv).map(|((p, t), c)| p.iter().zip(t).zip(c).map(|((p, t), c)| c * (p - t)).collect()).collect()
+        };
+        let loss_of = |p: &[Vec<f64>]| -> f64 {
+            p.iter().zip(&target).zip(&curv).flat_map(|((p, t), c)| p.iter().zip(t).zip(c).map(|((p, t), c)| 0.5 * c * (p - t) * (p - t))).sum()
+        };
+        let mut host = reference::Host::new(read_flat(gpu, &lora.params).await.iter().map(|t| f64s(t)).collect());
+        let loss0 = loss_of(&host.p);
+        for k in 0..8u32 {
+            // The GPU run's gradient comes from its own (f32) parameters.
+            let p32: Vec<Vec<f64>> = read_flat(gpu, &lora.params).await.iter().map(|t| f64s(t)).collect();
+            let g: Vec<Vec<f32>> = grad_of(&p32).iter().map(|t| t.iter().map(|&x| x as f32).collect()).collect();
+            write_set(gpu, &grads, &g);
+            let lr = sched.lr_at(k);
+            opt.step(gpu, &lora.params, &grads, lr);
+            let g64 = grad_of(&host.p);
+            let norm = host.step(&cfg, &g64, lr as f64);
+            assert!(norm > 1.0, "clipping should be active at step {k} (norm {norm})");
+            if k == 0 {
+                // Warmup starts at lr 0: the first update leaves the parameters alone (the
+                // moments still take in its gradient).
+                assert_eq!(lr, 0.0);
+                let after: Vec<Vec<f64>> = read_flat(gpu, &lora.params).await.iter().map(|t| f64s(t)).collect();
+                assert_eq!(after, p32);
+            }
+        }
+        let got = read_flat(gpu, &lora.params).await;
+        check_params("adamw quadratic", &got, &host.p, 1e-6, 1e-5);
+        let loss = loss_of(&host.p);
+        assert!(loss < 0.9 * loss0, "the loss should fall: {loss0} → {loss}");
+    });
+
+    gpu_test!(async fn optimizer_zero_set(gpu) {
+        let lora = upload(gpu, &tiny_adapter(2));
+        zero_set(gpu, &lora.params);
+        for (k, _, v) in read_set(gpu, &lora.params).await.unwrap() {
+            assert!(v.iter().all(|&x| x == 0.0), "{k} not zeroed");
+        }
+    });
+
+    #[test]
+    fn optimizer_config_parsing_and_validation() {
+        for k in [OptimizerKind::AdamW, OptimizerKind::Sgd] {
+            assert_eq!(k.to_string().parse::<OptimizerKind>().ok(), Some(k));
+        }
+        assert_eq!("AdamW".parse::<OptimizerKind>().ok(), Some(OptimizerKind::AdamW));
+        assert!("adam".parse::<OptimizerKind>().is_err());
+        let d = OptimizerConfig::default();
+        assert_eq!(
+            (d.kind, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, d.max_grad_norm),
+            (OptimizerKind::AdamW, 2e-4, 0.9, 0.999, 1e-8, 0.0, 1.0)
+        );
+        assert!(d.validate().is_ok());
+        for bad in [
+            OptimizerConfig { beta2: 1.0, ..d.clone() },
+            OptimizerConfig { lr: f32::NAN, ..d.clone() },
+            OptimizerConfig { weight_decay: -0.1, ..d.clone() },
+            OptimizerConfig { max_grad_norm: f32::NAN, ..d.clone() },
+            OptimizerConfig { kind: OptimizerKind::Sgd, momentum: -1.0, ..d.clone() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(Optimizer::state_bytes(&d, 100), 204);
+        assert_eq!(Optimizer::state_bytes(&OptimizerConfig { kind: OptimizerKind::Sgd, ..d }, 100), 4);
+    }
+}

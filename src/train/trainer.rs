@@ -1,0 +1,372 @@
+//! The trainer: batches from a tokenized dataset, gradient accumulation, the
+//! optimizer and schedule, and checkpoints that resume to the same losses.
+//!
+//! Determinism: the data order of epoch e is a Fisher–Yates shuffle seeded by
+//! (seed, e); the cursor into it, the step, the LoRA parameters and the
+//! optimizer moments are all in the checkpoint, and the GPU kernels reduce in a
+//! fixed order, so a resumed run repeats the uninterrupted run's losses.
+
+use crate::data::dataset::Example;
+use crate::error::{Error, Result};
+use crate::formats::batch::Batch;
+use crate::formats::peft::{Adapter, AdapterConfig};
+use crate::gpu::platform::now_ms;
+use crate::gpu::{Category, Gpu};
+use crate::kernels::elementwise::scale;
+use crate::kernels::testutil::Rng;
+use crate::model::layout::Proj;
+use crate::model::lora::{read_set, Lora, LoraSet};
+use crate::model::Model;
+use crate::train::checkpoint::{self, NamedF32};
+use crate::train::optimizer::{zero_set, Optimizer, OptimizerConfig, OptimizerKind};
+use crate::train::schedule::{Schedule, ScheduleKind};
+use serde::{Deserialize, Serialize};
+
+/// Everything that defines a run. Defaults suit personalizing a small model on a few dozen examples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub rank: usize,
+    pub alpha: f64,
+    /// q, k, v, o, gate, up, down (short names)
+    pub targets: Vec<String>,
+    /// Longest sequence; longer examples are truncated (with a warning).
+    pub seq: usize,
+    /// Examples per micro-batch.
+    pub batch: usize,
+    /// Micro-batches per optimizer step.
+    pub accum: usize,
+    /// Optimizer steps; when None, `epochs` decides.
+    pub steps: Option<u32>,
+    pub epochs: f32,
+    pub seed: u64,
+    /// Save a checkpoint every N steps (0 = only at the end).
+    pub save_every: u32,
+    /// "adamw" or "sgd"
+    pub optimizer: String,
+    pub lr: f32,
+    pub weight_decay: f32,
+    pub max_grad_norm: f32,
+    /// "cosine" or "constant"
+    pub schedule: String,
+    /// Fraction of steps spent in linear warmup.
+    pub warmup_ratio: f32,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            rank: 16,
+            alpha: 32.0,
+            targets: Proj::all().iter().map(|p| p.peft_name().to_string()).collect(),
+            seq: 256,
+            batch: 4,
+            accum: 1,
+            steps: None,
+            epochs: 10.0,
+            seed: 0,
+            save_every: 50,
+            optimizer: "adamw".into(),
+            lr: 1e-3,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            schedule: "cosine".into(),
+            warmup_ratio: 0.05,
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn target_projs(&self) -> Result<Vec<Proj>> {
+        Proj::parse_list(&self.targets.join(",")).map_err(|e| Error::msg(format!("--targets: {e}")))
+    }
+    fn optimizer_config(&self) -> Result<OptimizerConfig> {
+        let kind: OptimizerKind =
+            self.optimizer.parse().map_err(|_| Error::msg(format!("--optimizer: unknown optimizer {:?} (adamw or sgd)", self.optimizer)))?;
+        Ok(OptimizerConfig { kind, lr: self.lr, weight_decay: self.weight_decay, max_grad_norm: self.max_grad_norm, ..OptimizerConfig::default() })
+    }
+    /// Total optimizer steps for a dataset of `n` examples.
+    pub fn total_steps(&self, n: usize) -> u32 {
+        self.steps.unwrap_or_else(|| {
+            let per_epoch = (n as f64 / (self.batch * self.accum) as f64).max(1.0);
+            (per_epoch * self.epochs as f64).ceil().max(1.0) as u32
+        })
+    }
+}
+
+/// Where the run is; saved in checkpoints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    pub config: TrainConfig,
+    /// Optimizer steps done.
+    pub step: u32,
+    pub total_steps: u32,
+    /// Data cursor: epoch and position in that epoch's shuffled order.
+    pub epoch: u32,
+    pub cursor: usize,
+    /// Loss of every step so far.
+    pub losses: Vec<f32>,
+    /// FNV-1a hash of the tokenized dataset: resuming on other data is refused.
+    pub data_hash: u64,
+}
+
+/// What one optimizer step did.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepReport {
+    pub step: u32,
+    pub total_steps: u32,
+    pub loss: f32,
+    pub lr: f32,
+    /// Real (non-padding) tokens processed.
+    pub tokens: usize,
+    pub ms: f64,
+}
+
+pub struct Trainer {
+    pub state: TrainState,
+    pub lora: Lora,
+    grads: LoraSet,
+    opt: Optimizer,
+    sched: Schedule,
+    examples: Vec<Example>,
+    adapter_config: AdapterConfig,
+    /// The shuffled order of epoch `order.0`.
+    order: (u32, Vec<usize>),
+    /// Messages about the data (truncated examples), for the caller to show.
+    pub warnings: Vec<String>,
+}
+
+fn data_hash(examples: &[Example]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    let mut eat = |x: u64| {
+        for b in x.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    };
+    for e in examples {
+        eat(e.input_ids.len() as u64);
+        for (&i, &l) in e.input_ids.iter().zip(&e.labels) {
+            eat(i as u64);
+            eat(l as i64 as u64);
+        }
+    }
+    h
+}
+
+/// The example order of one epoch.
+fn epoch_order(n: usize, seed: u64, epoch: u32) -> Vec<usize> {
+    let mut rng = Rng::new(seed ^ (epoch as u64 + 1).wrapping_mul(0x9e3779b97f4a7c15));
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+impl Trainer {
+    /// A new run (a fresh PEFT-initialised adapter, or `init` to continue training one).
+    pub fn new(gpu: &Gpu, model: &Model, examples: Vec<Example>, config: TrainConfig, init: Option<&Adapter>) -> Result<Trainer> {
+        if examples.is_empty() {
+            return Err(Error::msg("the dataset has no examples"));
+        }
+        if config.batch == 0 || config.accum == 0 || config.seq < 2 || config.rank == 0 {
+            return Err(Error::msg("--batch, --accum and --rank must be at least 1 and --seq at least 2"));
+        }
+        let targets = config.target_projs()?;
+        let mut warnings = Vec::new();
+        let mut examples = examples;
+        for e in &mut examples {
+            if e.input_ids.len() > config.seq {
+                warnings.push(format!(
+                    "example on line {}: {} tokens, truncated to --seq {}",
+                    e.line,
+                    e.input_ids.len(),
+                    config.seq
+                ));
+                e.input_ids.truncate(config.seq);
+                e.labels.truncate(config.seq);
+            }
+        }
+        let adapter = match init {
+            Some(a) => a.clone(),
+            None => Adapter::new_init(&model.cfg, config.rank, config.alpha, &targets, config.seed),
+        };
+        let lora = Lora::from_adapter(gpu, &model.cfg, &adapter)?;
+        let grads = lora.zeros_like(gpu, Category::Grads)?;
+        let opt = Optimizer::new(gpu, config.optimizer_config()?, &lora)?;
+        let total_steps = config.total_steps(examples.len());
+        let sched = Schedule {
+            kind: config
+                .schedule
+                .parse::<ScheduleKind>()
+                .map_err(|_| Error::msg(format!("--schedule: unknown schedule {:?} (cosine or constant)", config.schedule)))?,
+            lr: config.lr,
+            warmup_steps: (config.warmup_ratio * total_steps as f32).ceil() as u32,
+            total_steps,
+            min_lr_ratio: 0.0,
+        };
+        let state = TrainState {
+            config,
+            step: 0,
+            total_steps,
+            epoch: 0,
+            cursor: 0,
+            losses: Vec::new(),
+            data_hash: data_hash(&examples),
+        };
+        let order = (0, epoch_order(examples.len(), state.config.seed, 0));
+        Ok(Trainer { state, lora, grads, opt, sched, examples, adapter_config: adapter.config, order, warnings })
+    }
+
+    pub fn num_examples(&self) -> usize {
+        self.examples.len()
+    }
+
+    pub fn done(&self) -> bool {
+        self.state.step >= self.state.total_steps
+    }
+
+    /// The next micro-batch, padded on the right to its longest row.
+    fn next_batch(&mut self) -> Batch {
+        let n = self.examples.len();
+        let mut rows: Vec<usize> = Vec::with_capacity(self.state.config.batch);
+        while rows.len() < self.state.config.batch {
+            if self.state.cursor >= n {
+                self.state.epoch += 1;
+                self.state.cursor = 0;
+            }
+            if self.order.0 != self.state.epoch {
+                self.order = (self.state.epoch, epoch_order(n, self.state.config.seed, self.state.epoch));
+            }
+            rows.push(self.order.1[self.state.cursor]);
+            self.state.cursor += 1;
+        }
+        let seq = rows.iter().map(|&i| self.examples[i].input_ids.len()).max().unwrap_or(1).max(1);
+        let mut b = Batch {
+            rows: rows.len(),
+            seq,
+            input_ids: vec![0; rows.len() * seq],
+            labels: vec![-100; rows.len() * seq],
+            attention_mask: Some(vec![0; rows.len() * seq]),
+        };
+        for (r, &i) in rows.iter().enumerate() {
+            let e = &self.examples[i];
+            let o = r * seq;
+            b.input_ids[o..o + e.input_ids.len()].copy_from_slice(&e.input_ids);
+            b.labels[o..o + e.labels.len()].copy_from_slice(&e.labels);
+            if let Some(m) = b.attention_mask.as_mut() {
+                m[o..o + e.input_ids.len()].fill(1);
+            }
+        }
+        b
+    }
+
+    /// One optimizer step: `accum` micro-batches of forward + MeSP backward, then the update.
+    pub async fn step(&mut self, gpu: &Gpu, model: &Model) -> Result<StepReport> {
+        let t0 = now_ms();
+        zero_set(gpu, &self.grads);
+        let accum = self.state.config.accum;
+        let mut loss_sum = 0.0f32;
+        let mut counted = 0usize;
+        let mut tokens = 0usize;
+        for _ in 0..accum {
+            let batch = self.next_batch();
+            if batch.shifted_targets().1 == 0 {
+                continue; // nothing to learn from (every label masked or truncated away)
+            }
+            tokens += batch.attention_mask.as_ref().map(|m| m.iter().filter(|&&v| v != 0).count()).unwrap_or(batch.input_ids.len());
+            let input = model.prepare(gpu, &batch)?;
+            loss_sum += model.loss_and_grads(gpu, &self.lora, Some(&self.grads), &input).await?;
+            counted += 1;
+        }
+        if counted == 0 {
+            return Err(Error::msg("no example in this step has a token to learn (all labels are masked)"));
+        }
+        if counted > 1 {
+            for (_, _, g) in self.grads.iter() {
+                scale(gpu, &g.a, 1.0 / counted as f32);
+                scale(gpu, &g.b, 1.0 / counted as f32);
+            }
+        }
+        let lr = self.sched.lr_at(self.state.step);
+        self.opt.step(gpu, &self.lora.params, &self.grads, lr);
+        self.state.step += 1;
+        let loss = loss_sum / counted as f32;
+        self.state.losses.push(loss);
+        gpu.flush();
+        Ok(StepReport { step: self.state.step, total_steps: self.state.total_steps, loss, lr, tokens, ms: now_ms() - t0 })
+    }
+
+    /// The adapter as PEFT would save it.
+    pub async fn adapter(&self, gpu: &Gpu) -> Result<Adapter> {
+        Ok(Adapter::from_f32(self.adapter_config.clone(), read_set(gpu, &self.lora.params).await?))
+    }
+
+    /// A complete checkpoint: trainer state, LoRA parameters, optimizer state.
+    pub async fn checkpoint(&self, gpu: &Gpu) -> Result<Vec<u8>> {
+        let mut tensors: Vec<NamedF32> = Vec::new();
+        for (k, s, v) in read_set(gpu, &self.lora.params).await? {
+            tensors.push((format!("lora/{k}"), s, v));
+        }
+        let (opt_step, opt_tensors) = self.opt.state(gpu).await?;
+        for (k, s, v) in opt_tensors {
+            tensors.push((format!("optim/{k}"), s, v));
+        }
+        let saved = SavedState { train: self.state.clone(), optimizer_step: opt_step, adapter_config: self.adapter_config.to_json() };
+        checkpoint::encode(&saved, &tensors)
+    }
+
+    /// Continue a run from a checkpoint. The configuration and the data must be the ones it was made with.
+    pub fn resume(gpu: &Gpu, model: &Model, examples: Vec<Example>, config: TrainConfig, bytes: &[u8], what: &str) -> Result<Trainer> {
+        let (saved, tensors): (SavedState, Vec<NamedF32>) = checkpoint::decode(bytes, what)?;
+        if saved.train.config != config {
+            return Err(Error::msg(format!(
+                "{what}: the checkpoint was made with other settings ({}); run with --fresh to start over",
+                describe_diff(&saved.train.config, &config)
+            )));
+        }
+        let adapter_config = AdapterConfig::from_json(&saved.adapter_config)?;
+        let mut lora_tensors = Vec::new();
+        let mut opt_tensors = Vec::new();
+        for (k, s, v) in tensors {
+            if let Some(rest) = k.strip_prefix("lora/") {
+                lora_tensors.push((rest.to_string(), s, v));
+            } else if let Some(rest) = k.strip_prefix("optim/") {
+                opt_tensors.push((rest.to_string(), s, v));
+            } else {
+                return Err(Error::msg(format!("{what}: unexpected tensor {k}")));
+            }
+        }
+        let adapter = Adapter::from_f32(adapter_config, lora_tensors);
+        let mut t = Trainer::new(gpu, model, examples, config, Some(&adapter))?;
+        if t.state.data_hash != saved.train.data_hash {
+            return Err(Error::msg(format!(
+                "{what}: the dataset changed since this checkpoint was written; run with --fresh to start over"
+            )));
+        }
+        t.opt.load_state(gpu, saved.optimizer_step, &opt_tensors)?;
+        t.state = saved.train;
+        Ok(t)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedState {
+    train: TrainState,
+    optimizer_step: u32,
+    adapter_config: String,
+}
+
+fn describe_diff(a: &TrainConfig, b: &TrainConfig) -> String {
+    let (ja, jb) = (serde_json::to_value(a).unwrap_or_default(), serde_json::to_value(b).unwrap_or_default());
+    let mut diffs = Vec::new();
+    if let (Some(oa), Some(ob)) = (ja.as_object(), jb.as_object()) {
+        for (k, va) in oa {
+            if ob.get(k) != Some(va) {
+                diffs.push(format!("{k}: {va} then, {} now", ob.get(k).cloned().unwrap_or_default()));
+            }
+        }
+    }
+    diffs.join(", ")
+}
