@@ -6,6 +6,7 @@ use crate::formats::batch::Batch;
 use crate::formats::peft::Adapter;
 use crate::gpu::{Category, Gpu};
 use crate::model::lora::{read_set, Lora};
+use crate::model::block::Mode;
 use crate::model::Model;
 use crate::store::Checkpoint;
 
@@ -27,13 +28,24 @@ impl GradResult {
 
 /// Load the model and adapter, run forward and the MeSP backward on `batch_json`.
 pub async fn compute_grads(gpu: &Gpu, ckpt: &Checkpoint, adapter: &Adapter, batch_json: &str) -> Result<GradResult> {
+    compute_grads_mode(gpu, ckpt, adapter, batch_json, Mode::Mesp).await
+}
+
+/// [`compute_grads`] with another memory schedule (same gradients, other peak memory).
+pub async fn compute_grads_mode(
+    gpu: &Gpu,
+    ckpt: &Checkpoint,
+    adapter: &Adapter,
+    batch_json: &str,
+    mode: Mode,
+) -> Result<GradResult> {
     crate::model::layout::validate(ckpt)?;
     let model = Model::load(gpu, ckpt)?;
     let lora = Lora::from_adapter(gpu, &model.cfg, adapter)?;
     let batch = Batch::from_json(batch_json, model.cfg.vocab).map_err(|e| Error::msg(e.to_string()))?;
     let input = model.prepare(gpu, &batch)?;
     let grads = lora.zeros_like(gpu, Category::Grads)?;
-    let loss = model.loss_and_grads(gpu, &lora, Some(&grads), &input).await?;
+    let loss = model.loss_and_grads_mode(gpu, &lora, Some(&grads), &input, mode).await?;
     let grads = read_set(gpu, &grads).await?;
     Ok(GradResult { loss, grads })
 }

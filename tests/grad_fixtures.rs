@@ -142,6 +142,38 @@ macro_rules! both {
     };
 }
 
+/// MeBP and full keep more memory but must give the MeSP gradients (within 1e-5), and their
+/// peaks must be ordered full ≥ MeBP ≥ MeSP.
+async fn modes_agree(f: Fixture) {
+    use webtune::model::block::Mode;
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
+    let ckpt = Checkpoint::from_files(files).unwrap();
+    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap();
+    let mut peaks = Vec::new();
+    let mut base: Option<GradResult> = None;
+    for mode in [Mode::Mesp, Mode::Mebp, Mode::Full] {
+        gpu.alloc.reset_peaks();
+        let r = webtune::grad::compute_grads_mode(&gpu, &ckpt, &adapter, f.batch, mode).await.unwrap();
+        peaks.push(gpu.alloc.stats().peak_total);
+        if let Some(b) = &base {
+            let e = ((r.loss - b.loss) / b.loss).abs();
+            assert!(e <= 1e-6, "{}: {mode:?} loss {} vs mesp {}", f.name, r.loss, b.loss);
+            for ((k, _, a), (_, _, m)) in r.grads.iter().zip(&b.grads) {
+                let m64: Vec<f64> = m.iter().map(|&v| v as f64).collect();
+                let e = rel(a, &m64);
+                assert!(e <= 1e-5, "{}: {mode:?} {k}: relative difference {e:.3e} from mesp", f.name);
+            }
+        } else {
+            base = Some(r);
+        }
+    }
+    println!("{}: peak bytes mesp {} mebp {} full {}", f.name, peaks[0], peaks[1], peaks[2]);
+    assert!(peaks[2] >= peaks[1] && peaks[1] >= peaks[0], "{}: peaks {:?}", f.name, peaks);
+    assert!(peaks[2] > peaks[0], "{}: full must keep more than mesp: {:?}", f.name, peaks);
+}
+
+both!(modes_give_the_same_gradients, modes_agree(llama_bias()));
 both!(qwen2_tiny_matches_pytorch, check_fixture(qwen2_tiny()));
 both!(llama_tiny_tied_sharded_f16_matches_pytorch, check_fixture(llama_tiny()));
 both!(llama_bias_f32_matches_pytorch, check_fixture(llama_bias()));

@@ -61,6 +61,20 @@ pub struct MemoryStats {
     pub live_total: u64,
     pub peak_total: u64,
     pub allocations: u64,
+    /// Peak since the last timeline sample (total, and per category at that moment).
+    interval_peak_total: u64,
+    interval_peak: [u64; 8],
+}
+
+/// One point of the memory timeline: the phase that just ended, the live bytes
+/// at its end and the highest total reached during it (with its split by category).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Sample {
+    pub phase: String,
+    pub live_total: u64,
+    pub peak_total: u64,
+    /// Bytes per category at the phase's peak, by [`Category::name`].
+    pub peak_by_category: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl MemoryStats {
@@ -76,6 +90,7 @@ impl MemoryStats {
 #[derive(Clone, Default)]
 pub struct Allocator {
     stats: Arc<Mutex<MemoryStats>>,
+    timeline: Arc<Mutex<Option<Vec<Sample>>>>,
 }
 
 impl Allocator {
@@ -89,6 +104,32 @@ impl Allocator {
             s.peak_total = s.live_total;
         }
     }
+    /// Start recording a timeline (one [`Sample`] per [`Allocator::sample`] call).
+    pub fn record_timeline(&self, on: bool) {
+        if let Ok(mut t) = self.timeline.lock() {
+            *t = on.then(Vec::new);
+        }
+        if let Ok(mut s) = self.stats.lock() {
+            s.interval_peak_total = s.live_total;
+            s.interval_peak = s.live;
+        }
+    }
+    /// Close a phase: record its peak (when recording) and start the next interval.
+    pub fn sample(&self, phase: impl FnOnce() -> String) {
+        let Ok(mut t) = self.timeline.lock() else { return };
+        let Some(list) = t.as_mut() else { return };
+        if let Ok(mut s) = self.stats.lock() {
+            let peak_by_category = Category::ALL.iter().map(|c| (c.name(), s.interval_peak[c.index()])).collect();
+            list.push(Sample { phase: phase(), live_total: s.live_total, peak_total: s.interval_peak_total, peak_by_category });
+            s.interval_peak_total = s.live_total;
+            s.interval_peak = s.live;
+        }
+    }
+    /// The recorded timeline (empty when not recording).
+    pub fn timeline(&self) -> Vec<Sample> {
+        self.timeline.lock().ok().and_then(|t| t.clone()).unwrap_or_default()
+    }
+
     pub(crate) fn track(&self, category: Category, bytes: u64) -> Allocation {
         if let Ok(mut s) = self.stats.lock() {
             let i = category.index();
@@ -96,6 +137,10 @@ impl Allocator {
             s.peak[i] = s.peak[i].max(s.live[i]);
             s.live_total += bytes;
             s.peak_total = s.peak_total.max(s.live_total);
+            if s.live_total > s.interval_peak_total {
+                s.interval_peak_total = s.live_total;
+                s.interval_peak = s.live;
+            }
             s.allocations += 1;
         }
         Allocation { alloc: self.clone(), category, bytes }

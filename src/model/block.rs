@@ -53,17 +53,33 @@ pub fn lora_linear_forward(
     s: f32,
     y: &Tensor,
 ) -> Result<()> {
+    lora_linear_forward_keep(gpu, x, lin, lora, s, y, false).map(|_| ())
+}
+
+/// As [`lora_linear_forward`]; with `keep_h` (MeBP, full) h = x·Aᵀ is returned for the backward.
+pub fn lora_linear_forward_keep(
+    gpu: &Gpu,
+    x: &Tensor,
+    lin: &Linear,
+    lora: Option<&LoraPair>,
+    s: f32,
+    y: &Tensor,
+    keep_h: bool,
+) -> Result<Option<Tensor>> {
     matmul_nt(gpu, x, &lin.w, lin.b.as_ref(), y, 1.0, 0.0);
     if let Some(l) = lora {
         let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
         matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
         matmul_nt(gpu, &h, &l.b, None, y, s, 1.0);
+        return Ok(keep_h.then_some(h));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// dx (N, in) = beta·dx + dy·W + s·(dy·B)·A, and (accumulated, +=) dB += s·dyᵀ·h, dA += s·gᵀ·x
-/// with g = dy·B and h = x·Aᵀ recomputed here (MeSP: h is never kept from forward).
+/// with g = dy·B and h = x·Aᵀ recomputed here (MeSP: h is never kept from forward) unless
+/// `h_saved` brings it (MeBP, full).
+#[allow(clippy::too_many_arguments)]
 pub fn lora_linear_backward(
     gpu: &Gpu,
     dy: &Tensor,
@@ -73,6 +89,7 @@ pub fn lora_linear_backward(
     s: f32,
     dx: &Tensor,
     beta: f32,
+    h_saved: Option<&Tensor>,
 ) -> Result<()> {
     matmul_nn(gpu, dy, &lin.w, dx, 1.0, beta);
     if let Some((p, g)) = lora {
@@ -83,9 +100,14 @@ pub fn lora_linear_backward(
         matmul_nn(gpu, &gt, &p.a, dx, s, 1.0);
         matmul_tn(gpu, &gt, x, &g.a, s, 1.0);
         drop(gt);
-        let h = act(gpu, &[n, r])?; // h: (N, r), recomputed
-        matmul_nt(gpu, x, &p.a, None, &h, 1.0, 0.0);
-        matmul_tn(gpu, dy, &h, &g.b, s, 1.0);
+        match h_saved {
+            Some(h) => matmul_tn(gpu, dy, h, &g.b, s, 1.0),
+            None => {
+                let h = act(gpu, &[n, r])?; // h: (N, r), recomputed
+                matmul_nt(gpu, x, &p.a, None, &h, 1.0, 0.0);
+                matmul_tn(gpu, dy, &h, &g.b, s, 1.0);
+            }
+        }
     }
     Ok(())
 }
@@ -105,6 +127,43 @@ pub struct Saved {
     pub g: Tensor,    // (N, F) gate
     pub u: Tensor,    // (N, F) up
     pub m: Tensor,    // (N, F) silu(g)·u
+    /// LoRA h = x·Aᵀ per projection (N, r), kept only by MeBP and full (autograd's choice).
+    pub hs: Vec<Option<Tensor>>,
+}
+
+/// Which intermediates live how long: the three schedules the benchmark compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Mode {
+    /// Block-input checkpoints; the backward recomputes the block, recomputes LoRA's h, and
+    /// drops each intermediate after its last use.
+    Mesp,
+    /// The same checkpoints, but the recompute keeps h and every intermediate of the block
+    /// until the block's backward ends (autograd's behaviour inside a checkpointed block).
+    Mebp,
+    /// No checkpointing: every block's intermediates (and h) are kept from forward to backward.
+    Full,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Mode, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "mesp" => Ok(Mode::Mesp),
+            "mebp" => Ok(Mode::Mebp),
+            "full" => Ok(Mode::Full),
+            _ => Err(format!("unknown mode {s:?} (mesp, mebp, full)")),
+        }
+    }
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Mesp => "mesp",
+            Mode::Mebp => "mebp",
+            Mode::Full => "full",
+        }
+    }
 }
 
 type LoraRow<'a> = Option<&'a [Option<LoraPair>]>;
@@ -113,7 +172,8 @@ fn pick<'a>(row: LoraRow<'a>, p: Proj) -> Option<&'a LoraPair> {
     row.and_then(|r| r[p as usize].as_ref())
 }
 
-/// y = block(x). With `keep`, also returns the intermediates for the backward.
+/// y = block(x). With `keep`, also returns the intermediates for the backward
+/// (with LoRA's h too when `keep_h`).
 pub fn block_forward(
     gpu: &Gpu,
     ctx: &BlockCtx,
@@ -122,18 +182,35 @@ pub fn block_forward(
     x: &Tensor,
     keep: bool,
 ) -> Result<(Tensor, Option<Saved>)> {
+    block_forward_keep(gpu, ctx, w, lora, x, keep, false)
+}
+
+/// [`block_forward`] with the choice of keeping LoRA's h.
+pub fn block_forward_keep(
+    gpu: &Gpu,
+    ctx: &BlockCtx,
+    w: &LayerWeights,
+    lora: LoraRow,
+    x: &Tensor,
+    keep: bool,
+    keep_h: bool,
+) -> Result<(Tensor, Option<Saved>)> {
+    let mut hs: Vec<Option<Tensor>> = (0..7).map(|_| None).collect();
+    let mut lin = |xin: &Tensor, p: Proj, y: &Tensor| -> Result<()> {
+        hs[p as usize] = lora_linear_forward_keep(gpu, xin, w.linear(p), pick(lora, p), ctx.scale, y, keep && keep_h)?;
+        Ok(())
+    };
     let cfg = ctx.cfg;
     let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
     let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
-    let s = ctx.scale;
 
     let xn1 = act(gpu, &[n, c])?;
     let rstd1 = act(gpu, &[n])?;
     rmsnorm_forward(gpu, x, &w.input_norm, cfg.rms_norm_eps as f32, &xn1, &rstd1);
     let (q, k, v) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
-    lora_linear_forward(gpu, &xn1, w.linear(Proj::Q), pick(lora, Proj::Q), s, &q)?;
-    lora_linear_forward(gpu, &xn1, w.linear(Proj::K), pick(lora, Proj::K), s, &k)?;
-    lora_linear_forward(gpu, &xn1, w.linear(Proj::V), pick(lora, Proj::V), s, &v)?;
+    lin(&xn1, Proj::Q, &q)?;
+    lin(&xn1, Proj::K, &k)?;
+    lin(&xn1, Proj::V, &v)?;
     rope_forward(gpu, &q, cfg.heads, ctx.rope);
     rope_forward(gpu, &k, cfg.kv_heads, ctx.rope);
     let o = act(gpu, &[n, qd])?;
@@ -141,33 +218,39 @@ pub fn block_forward(
     attention_forward(gpu, &ctx.attn, &q, &k, &v, ctx.mask, &o, &lse);
 
     let h = act(gpu, &[n, c])?;
-    lora_linear_forward(gpu, &o, w.linear(Proj::O), pick(lora, Proj::O), s, &h)?;
+    lin(&o, Proj::O, &h)?;
     axpy(gpu, 1.0, x, &h);
     let xn2 = act(gpu, &[n, c])?;
     let rstd2 = act(gpu, &[n])?;
     rmsnorm_forward(gpu, &h, &w.post_norm, cfg.rms_norm_eps as f32, &xn2, &rstd2);
     let (g, u) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
-    lora_linear_forward(gpu, &xn2, w.linear(Proj::Gate), pick(lora, Proj::Gate), s, &g)?;
-    lora_linear_forward(gpu, &xn2, w.linear(Proj::Up), pick(lora, Proj::Up), s, &u)?;
+    lin(&xn2, Proj::Gate, &g)?;
+    lin(&xn2, Proj::Up, &u)?;
     let m = act(gpu, &[n, f])?;
     swiglu_forward(gpu, &g, &u, &m);
     let y = act(gpu, &[n, c])?;
-    lora_linear_forward(gpu, &m, w.linear(Proj::Down), pick(lora, Proj::Down), s, &y)?;
+    lin(&m, Proj::Down, &y)?;
     axpy(gpu, 1.0, &h, &y);
-    let saved = keep.then_some(Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m });
+    drop(lin);
+    let saved = keep.then_some(Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs });
     Ok((y, saved))
 }
 
-/// MeSP backward of one block: recompute from the checkpoint `x`, then return dx
-/// given dy (consumed: its buffer becomes dx). LoRA gradients are accumulated (+=) into `grads`.
+/// Backward of one block: dx given dy (consumed: its buffer becomes dx). LoRA gradients are
+/// accumulated (+=) into `grads`. `saved` brings the block's intermediates from the forward
+/// (full mode); otherwise they are recomputed from the checkpoint `x` (MeSP, MeBP). MeSP drops
+/// each intermediate after its last use; MeBP and full hold them until the block's backward ends.
+#[allow(clippy::too_many_arguments)]
 pub fn block_backward(
     gpu: &Gpu,
     ctx: &BlockCtx,
+    mode: Mode,
     w: &LayerWeights,
     lora: &[Option<LoraPair>],
     grads: &[Option<LoraPair>],
     x: &Tensor,
     dy: Tensor,
+    saved: Option<Saved>,
 ) -> Result<Tensor> {
     let cfg = ctx.cfg;
     let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
@@ -177,39 +260,52 @@ pub fn block_backward(
         (Some(a), Some(b)) => Some((a, b)),
         _ => None,
     };
-    let (_, saved) = block_forward(gpu, ctx, w, Some(lora), x, true)?;
-    let Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m } =
-        saved.ok_or_else(|| crate::error::Error::msg("block_forward kept nothing"))?;
+    let saved = match saved {
+        Some(sv) => sv,
+        None => block_forward_keep(gpu, ctx, w, Some(lora), x, true, mode != Mode::Mesp)?
+            .1
+            .ok_or_else(|| crate::error::Error::msg("block_forward kept nothing"))?,
+    };
+    let Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs } = saved;
+    // MeSP frees as it goes; MeBP and full keep everything until the block is done.
+    let mut held: Vec<Tensor> = Vec::new();
+    let mut release = |ts: Vec<Tensor>| {
+        if mode != Mode::Mesp {
+            held.extend(ts);
+        }
+    };
+    let hp = |p: Proj| hs[p as usize].as_ref();
 
     // MLP: y = h + down(silu(g)·u)
     let dm = act(gpu, &[n, f])?;
-    lora_linear_backward(gpu, &dy, &m, w.linear(Proj::Down), both(Proj::Down), s, &dm, 0.0)?;
-    drop(m);
+    lora_linear_backward(gpu, &dy, &m, w.linear(Proj::Down), both(Proj::Down), s, &dm, 0.0, hp(Proj::Down))?;
+    release(vec![m]);
     let (dg, du) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
     swiglu_backward(gpu, &dm, &g, &u, &dg, &du);
-    drop((dm, g, u));
+    release(vec![dm, g, u]);
     let dxn2 = act(gpu, &[n, c])?;
-    lora_linear_backward(gpu, &dg, &xn2, w.linear(Proj::Gate), both(Proj::Gate), s, &dxn2, 0.0)?;
-    lora_linear_backward(gpu, &du, &xn2, w.linear(Proj::Up), both(Proj::Up), s, &dxn2, 1.0)?;
-    drop((dg, du, xn2));
+    lora_linear_backward(gpu, &dg, &xn2, w.linear(Proj::Gate), both(Proj::Gate), s, &dxn2, 0.0, hp(Proj::Gate))?;
+    lora_linear_backward(gpu, &du, &xn2, w.linear(Proj::Up), both(Proj::Up), s, &dxn2, 1.0, hp(Proj::Up))?;
+    release(vec![dg, du, xn2]);
     let dh = dy; // dh = dy + rmsnorm'(dxn2)
     rmsnorm_backward(gpu, &dxn2, &h, &w.post_norm, &rstd2, &dh, 1.0);
-    drop((dxn2, h, rstd2));
+    release(vec![dxn2, h, rstd2]);
 
     // Attention: h = x + o_proj(attn(rope(q), rope(k), v))
     let d_o = act(gpu, &[n, qd])?;
-    lora_linear_backward(gpu, &dh, &o, w.linear(Proj::O), both(Proj::O), s, &d_o, 0.0)?;
+    lora_linear_backward(gpu, &dh, &o, w.linear(Proj::O), both(Proj::O), s, &d_o, 0.0, hp(Proj::O))?;
     let (dq, dk, dv) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
     attention_backward(gpu, &ctx.attn, &q, &k, &v, &o, &d_o, &lse, ctx.mask, &dq, &dk, &dv)?;
-    drop((q, k, v, o, d_o, lse));
+    release(vec![q, k, v, o, d_o, lse]);
     rope_backward(gpu, &dq, cfg.heads, ctx.rope);
     rope_backward(gpu, &dk, cfg.kv_heads, ctx.rope);
     let dxn1 = act(gpu, &[n, c])?;
-    lora_linear_backward(gpu, &dq, &xn1, w.linear(Proj::Q), both(Proj::Q), s, &dxn1, 0.0)?;
-    lora_linear_backward(gpu, &dk, &xn1, w.linear(Proj::K), both(Proj::K), s, &dxn1, 1.0)?;
-    lora_linear_backward(gpu, &dv, &xn1, w.linear(Proj::V), both(Proj::V), s, &dxn1, 1.0)?;
-    drop((dq, dk, dv, xn1));
+    lora_linear_backward(gpu, &dq, &xn1, w.linear(Proj::Q), both(Proj::Q), s, &dxn1, 0.0, hp(Proj::Q))?;
+    lora_linear_backward(gpu, &dk, &xn1, w.linear(Proj::K), both(Proj::K), s, &dxn1, 1.0, hp(Proj::K))?;
+    lora_linear_backward(gpu, &dv, &xn1, w.linear(Proj::V), both(Proj::V), s, &dxn1, 1.0, hp(Proj::V))?;
+    release(vec![dq, dk, dv, xn1]);
     let dx = dh; // dx = dh + rmsnorm'(dxn1)
     rmsnorm_backward(gpu, &dxn1, x, &w.input_norm, &rstd1, &dx, 1.0);
+    drop(held);
     Ok(dx)
 }

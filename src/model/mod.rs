@@ -16,7 +16,7 @@ use crate::kernels::embedding::embedding_forward;
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_table, RopeTable};
 use crate::store::Checkpoint;
-use block::{block_backward, block_forward, BlockCtx};
+use block::{block_backward, block_forward_keep, BlockCtx, Mode, Saved};
 use lora::{Lora, LoraSet};
 use weights::ModelWeights;
 
@@ -103,6 +103,19 @@ impl Model {
         grads: Option<&LoraSet>,
         input: &StepInput,
     ) -> Result<f32> {
+        self.loss_and_grads_mode(gpu, lora, grads, input, Mode::Mesp).await
+    }
+
+    /// [`Model::loss_and_grads`] with a choice of memory schedule ([`Mode`]); all give the same
+    /// gradients. The allocator's timeline (when recording) gets one sample per phase.
+    pub async fn loss_and_grads_mode(
+        &self,
+        gpu: &Gpu,
+        lora: &Lora,
+        grads: Option<&LoraSet>,
+        input: &StepInput,
+        mode: Mode,
+    ) -> Result<f32> {
         let cfg = &self.cfg;
         let n = input.batch * input.seq;
         let rope = self.rope_for(gpu, input.seq)?;
@@ -113,15 +126,20 @@ impl Model {
             mask: input.mask.as_ref(),
             scale: lora.scale(),
         };
+        let keep_all = mode == Mode::Full && grads.is_some();
         let x0 = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Checkpoints)?;
         embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, &input.ids, &x0);
-        // Forward, keeping only each block's input.
+        gpu.alloc.sample(|| "embedding".into());
+        // Forward, keeping each block's input (and, in full mode, all its intermediates).
         let mut checkpoints: Vec<Tensor> = Vec::with_capacity(cfg.layers + 1);
+        let mut saved: Vec<Option<Saved>> = Vec::with_capacity(cfg.layers);
         let mut x = x0;
         for (i, w) in self.weights.layers.iter().enumerate() {
-            let (y, _) = block_forward(gpu, &ctx, w, Some(&lora.params.layers[i]), &x, false)?;
+            let (y, sv) = block_forward_keep(gpu, &ctx, w, Some(&lora.params.layers[i]), &x, keep_all, true)?;
+            saved.push(sv);
             let y = retag(gpu, y, Category::Checkpoints)?;
             checkpoints.push(std::mem::replace(&mut x, y));
+            gpu.alloc.sample(|| format!("forward {i}"));
         }
         let xf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
         let rstd = gpu.zeros(&[n], DType::F32, Category::Activations)?;
@@ -130,6 +148,7 @@ impl Model {
         let loss_t = gpu.zeros(&[1], DType::F32, Category::Scratch)?;
         let table = self.vocab_table();
         lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)?;
+        gpu.alloc.sample(|| "lm_head forward".into());
         let Some(grads) = grads else {
             return Ok(gpu.read_f32(&loss_t).await?[0]);
         };
@@ -141,17 +160,22 @@ impl Model {
         let mut dx = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
         rmsnorm_backward(gpu, &dxf, &x, &self.weights.norm, &rstd, &dx, 0.0);
         drop((dxf, rstd, x));
+        gpu.alloc.sample(|| "lm_head backward".into());
         for i in (0..cfg.layers).rev() {
             let xin = checkpoints.pop().ok_or_else(|| Error::msg("missing checkpoint"))?;
+            let sv = saved.pop().flatten();
             dx = block_backward(
                 gpu,
                 &ctx,
+                mode,
                 &self.weights.layers[i],
                 &lora.params.layers[i],
                 &grads.layers[i],
                 &xin,
                 dx,
+                sv,
             )?;
+            gpu.alloc.sample(|| format!("backward {i}"));
         }
         Ok(gpu.read_f32(&loss_t).await?[0])
     }
