@@ -37,9 +37,48 @@ pub const DEFAULT_TOKEN_CHUNK: usize = 1024;
 /// like matmul's B); every chunk but the last has `chunk_rows` rows. (Tied models pass the
 /// embedding's chunks.) The vocab chunking of the loss follows these chunks.
 pub struct VocabTable<'a> {
-    pub chunks: &'a [Tensor],
+    pub chunks: TableChunks<'a>,
     pub chunk_rows: usize,
     pub vocab: usize,
+}
+
+/// Where the chunks come from: resident tensors, or a loader called once per chunk and pass
+/// (streamed weights: only the chunk in use is on the GPU).
+#[derive(Clone, Copy)]
+pub enum TableChunks<'a> {
+    Resident(&'a [Tensor]),
+    Streamed { count: usize, load: &'a dyn Fn(usize) -> Result<Tensor, GpuError> },
+}
+
+impl<'a> From<&'a [Tensor]> for TableChunks<'a> {
+    fn from(t: &'a [Tensor]) -> Self {
+        TableChunks::Resident(t)
+    }
+}
+
+impl<'a> From<&'a Vec<Tensor>> for TableChunks<'a> {
+    fn from(t: &'a Vec<Tensor>) -> Self {
+        TableChunks::Resident(t)
+    }
+}
+
+impl VocabTable<'_> {
+    fn count(&self) -> usize {
+        match self.chunks {
+            TableChunks::Resident(t) => t.len(),
+            TableChunks::Streamed { count, .. } => count,
+        }
+    }
+    fn get(&self, i: usize) -> Result<Tensor, GpuError> {
+        match self.chunks {
+            TableChunks::Resident(t) => Ok(t[i].clone()),
+            TableChunks::Streamed { load, .. } => load(i),
+        }
+    }
+    /// Rows of chunk i, known without loading it.
+    fn rows_of(&self, i: usize) -> usize {
+        self.chunk_rows.min(self.vocab - i * self.chunk_rows)
+    }
 }
 
 #[repr(C)]
@@ -92,17 +131,26 @@ fn plan(gpu: &Gpu, x: &Tensor, table: &VocabTable, targets: &Tensor, lse: &Tenso
     assert!(x.dtype == DType::F32, "lm_head_ce: x must be f32, got {:?}", x.dtype);
     assert!(targets.numel() == n, "lm_head_ce: targets {:?} for x {:?}", targets.shape, x.shape);
     assert!(lse.numel() == n && lse.dtype == DType::F32, "lm_head_ce: lse {:?} for x {:?}", lse.shape, x.shape);
-    assert!(!table.chunks.is_empty() && table.chunk_rows > 0, "lm_head_ce: empty vocab table");
-    let last = table.chunks.len() - 1;
-    for (i, e) in table.chunks.iter().enumerate() {
-        let ok = e.cols() == c
-            && if i < last { e.rows() == table.chunk_rows } else { e.rows() >= 1 && e.rows() <= table.chunk_rows };
-        assert!(ok, "lm_head_ce: vocab chunk {i} {:?} (chunk_rows {}, C {c})", e.shape, table.chunk_rows);
+    assert!(table.count() > 0 && table.chunk_rows > 0, "lm_head_ce: empty vocab table");
+    assert!(
+        table.count() == table.vocab.div_ceil(table.chunk_rows),
+        "lm_head_ce: {} chunks of {} rows for vocab {}",
+        table.count(),
+        table.chunk_rows,
+        table.vocab
+    );
+    if let TableChunks::Resident(chunks) = table.chunks {
+        for (i, e) in chunks.iter().enumerate() {
+            assert!(
+                e.cols() == c && e.rows() == table.rows_of(i),
+                "lm_head_ce: vocab chunk {i} {:?} (chunk_rows {}, C {c})",
+                e.shape,
+                table.chunk_rows
+            );
+        }
     }
-    let total: usize = table.chunks.iter().map(|e| e.rows()).sum();
-    assert!(total == table.vocab, "lm_head_ce: chunks hold {total} rows, vocab is {}", table.vocab);
     assert!(table.vocab < i32::MAX as usize, "lm_head_ce: vocab {} too large", table.vocab);
-    let max_rows = table.chunks.iter().map(|e| e.rows()).max().unwrap_or(1);
+    let max_rows = table.chunk_rows.min(table.vocab);
     // Lower the token chunk until its logits block fits one storage binding.
     let fit = (gpu.max_binding() as usize / (4 * max_rows)).max(1);
     let tc = token_chunk.max(1).min(n.max(1)).min(fit);
@@ -150,12 +198,14 @@ pub fn lm_head_ce_forward(
     let row_loss = gpu.zeros(&[pl.n], DType::F32, Category::Scratch)?; // (N)
     let xbuf = if pl.tc < pl.n { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
     let pipeline = gpu.pipeline("cross_entropy_lse", || LSE.to_string());
-    let last = table.chunks.len() - 1;
+    let last = table.count() - 1;
     for t0 in (0..pl.n).step_by(pl.tc) {
         let nt = pl.tc.min(pl.n - t0);
         let xc = token_rows(gpu, x, xbuf.as_ref(), t0, nt, pl.c);
         let mut v0 = 0;
-        for (i, e) in table.chunks.iter().enumerate() {
+        for i in 0..table.count() {
+            let e = table.get(i)?;
+            let e = &e;
             let rv = e.rows();
             let block = view(&logits, &[nt, rv]);
             matmul_nt(gpu, &xc, e, None, &block, 1.0, 0.0);
@@ -224,7 +274,9 @@ pub fn lm_head_ce_backward(
             None => view(dx, &[pl.n, pl.c]),
         };
         let mut v0 = 0;
-        for (i, e) in table.chunks.iter().enumerate() {
+        for i in 0..table.count() {
+            let e = table.get(i)?;
+            let e = &e;
             let rv = e.rows();
             let block = view(&logits, &[nt, rv]);
             matmul_nt(gpu, &xc, e, None, &block, 1.0, 0.0);
@@ -418,7 +470,7 @@ mod tests {
         beta: f32,
     ) -> (Vec<f32>, f32, Vec<f32>) {
         let chunks = upload_table(gpu, case, chunk_rows, dtype);
-        let table = VocabTable { chunks: &chunks, chunk_rows, vocab: case.v };
+        let table = VocabTable { chunks: (&chunks).into(), chunk_rows, vocab: case.v };
         let x = gpu.upload_f32(&case.x, &[case.n, case.c], Category::Activations).unwrap();
         let targets = upload_targets(gpu, &case.targets);
         let lse = gpu.upload_f32(&vec![f32::NAN; case.n], &[case.n], Category::Activations).unwrap();
@@ -534,7 +586,7 @@ mod tests {
                     gpu.upload_f32_as(&rng.vec(rows * c, 0.05), &[rows, c], DType::BF16, Category::Weights).unwrap()
                 })
                 .collect();
-            let table = VocabTable { chunks: &chunks, chunk_rows: rows, vocab: v };
+            let table = VocabTable { chunks: (&chunks).into(), chunk_rows: rows, vocab: v };
             let x = gpu.upload_f32(&rng.vec(n * c, 1.0), &[n, c], Category::Activations).unwrap();
             let t: Vec<i32> = (0..n).map(|i| if i % 17 == 0 { -100 } else { rng.below(v as u64) as i32 }).collect();
             let targets = upload_targets(gpu, &t);

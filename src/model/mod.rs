@@ -90,7 +90,7 @@ impl Model {
 
     fn vocab_table(&self) -> VocabTable<'_> {
         let t = self.weights.output_table();
-        VocabTable { chunks: &t.chunks, chunk_rows: t.chunk_rows, vocab: self.cfg.vocab }
+        VocabTable { chunks: (&t.chunks).into(), chunk_rows: t.chunk_rows, vocab: self.cfg.vocab }
     }
 
     /// Mean cross-entropy of the batch, and (when `grads` is given) the LoRA
