@@ -7,6 +7,7 @@ use crate::formats::peft::Adapter;
 use crate::gpu::{Category, Gpu};
 use crate::model::lora::{read_set, Lora};
 use crate::model::block::Mode;
+use crate::model::weights::WeightFormat;
 use crate::model::Model;
 use crate::store::Checkpoint;
 
@@ -39,8 +40,36 @@ pub async fn compute_grads_mode(
     batch_json: &str,
     mode: Mode,
 ) -> Result<GradResult> {
+    let opts = GradOptions { mode, ..GradOptions::default() };
+    compute_grads_with(gpu, ckpt, adapter, batch_json, &opts).await
+}
+
+/// How `webtune grad` runs: memory schedule, weight format, streamed or resident weights.
+#[derive(Clone, Debug, Default)]
+pub struct GradOptions {
+    pub mode: Mode,
+    pub weights: WeightFormat,
+    /// Upload each block's weights only while it runs (the default for training big models).
+    pub stream: bool,
+}
+
+/// [`compute_grads`] with every option.
+pub async fn compute_grads_with(
+    gpu: &Gpu,
+    ckpt: &Checkpoint,
+    adapter: &Adapter,
+    batch_json: &str,
+    opts: &GradOptions,
+) -> Result<GradResult> {
     crate::model::layout::validate(ckpt)?;
-    let model = Model::load(gpu, ckpt)?;
+    let mode = opts.mode;
+    let model = if opts.stream {
+        let src: std::sync::Arc<dyn crate::model::stream::WeightSource> =
+            std::sync::Arc::new(crate::model::stream::CheckpointSource::new(ckpt.clone()));
+        Model::streamed(gpu, src, opts.weights)?
+    } else {
+        Model::load_as(gpu, ckpt, opts.weights)?
+    };
     let lora = Lora::from_adapter(gpu, &model.cfg, adapter)?;
     let batch = Batch::from_json(batch_json, model.cfg.vocab).map_err(|e| Error::msg(e.to_string()))?;
     let input = model.prepare(gpu, &batch)?;

@@ -173,6 +173,33 @@ async fn modes_agree(f: Fixture) {
     assert!(peaks[2] > peaks[0], "{}: full must keep more than mesp: {:?}", f.name, peaks);
 }
 
+/// Streamed weights (one block on the GPU at a time, embedding gathered on the host, the output
+/// table uploaded chunk by chunk) give the resident result, and keep fewer weight bytes live.
+async fn streamed_equals_resident(f: Fixture) {
+    use webtune::grad::{compute_grads_with, GradOptions};
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
+    let ckpt = Checkpoint::from_files(files).unwrap();
+    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap();
+    let mut out = Vec::new();
+    for stream in [false, true] {
+        gpu.alloc.reset_peaks();
+        let r = compute_grads_with(&gpu, &ckpt, &adapter, f.batch, &GradOptions { stream, ..Default::default() })
+            .await
+            .unwrap();
+        out.push((r, gpu.alloc.stats().peak(webtune::gpu::Category::Weights)));
+    }
+    let ((a, wa), (b, wb)) = (&out[0], &out[1]);
+    assert_eq!(a.loss, b.loss, "{}: streamed loss", f.name);
+    for ((k, _, x), (_, _, y)) in a.grads.iter().zip(&b.grads) {
+        assert_eq!(x, y, "{}: {k}: streamed gradient differs", f.name);
+    }
+    println!("{}: peak weight bytes resident {wa}, streamed {wb}", f.name);
+    assert!(wb < wa, "{}: streaming must keep fewer weight bytes ({wb} vs {wa})", f.name);
+}
+
+both!(streamed_weights_equal_resident_untied, streamed_equals_resident(qwen2_tiny()));
+both!(streamed_weights_equal_resident_tied, streamed_equals_resident(llama_tiny()));
 both!(modes_give_the_same_gradients, modes_agree(llama_bias()));
 both!(qwen2_tiny_matches_pytorch, check_fixture(qwen2_tiny()));
 both!(llama_tiny_tied_sharded_f16_matches_pytorch, check_fixture(llama_tiny()));

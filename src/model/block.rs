@@ -132,8 +132,9 @@ pub struct Saved {
 }
 
 /// Which intermediates live how long: the three schedules the benchmark compares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Mode {
+    #[default]
     /// Block-input checkpoints; the backward recomputes the block, recomputes LoRA's h, and
     /// drops each intermediate after its last use.
     Mesp,

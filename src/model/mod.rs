@@ -4,6 +4,7 @@
 pub mod block;
 pub mod layout;
 pub mod lora;
+pub mod stream;
 pub mod weights;
 
 use crate::config::ModelConfig;
@@ -11,14 +12,15 @@ use crate::error::{Error, Result};
 use crate::formats::batch::Batch;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
-use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, VocabTable};
+use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, TableChunks, VocabTable, DEFAULT_CHUNK_ROWS};
 use crate::kernels::embedding::embedding_forward;
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_table, RopeTable};
 use crate::store::Checkpoint;
 use block::{block_backward, block_forward_keep, BlockCtx, Mode, Saved};
 use lora::{Lora, LoraSet};
-use weights::ModelWeights;
+use stream::{upload_layer, upload_output_chunk, WeightSource};
+use weights::{upload_vector, LayerWeights, ModelWeights, RowChunks, WeightFormat};
 
 /// Tokens per chunk of the lm_head + cross-entropy (scratch = this × vocab chunk rows floats).
 pub const CE_TOKEN_CHUNK: usize = 256;
@@ -29,6 +31,8 @@ pub struct StepInput {
     pub seq: usize,
     /// ids: (B*T) u32
     pub ids: Tensor,
+    /// The same ids on the host (streamed models gather embedding rows there)
+    pub ids_host: Vec<u32>,
     /// targets: (B*T) i32, already shifted; -100 = ignored
     pub targets: Tensor,
     /// mask: (B*T) u32, None when nothing is padded
@@ -39,14 +43,73 @@ pub struct StepInput {
 
 pub struct Model {
     pub cfg: ModelConfig,
+    /// The resident weights (in streamed mode only the final norm; layers and tables are empty).
     pub weights: ModelWeights,
+    /// Streamed mode: where block weights and table chunks come from, and their GPU format.
+    stream: Option<(std::sync::Arc<dyn WeightSource>, WeightFormat)>,
     rope: std::sync::Mutex<Option<std::sync::Arc<RopeTable>>>,
+}
+
+/// A block's weights: resident, or uploaded for this use and dropped afterwards.
+pub enum LayerRef<'a> {
+    Resident(&'a LayerWeights),
+    Streamed(LayerWeights),
+}
+
+impl std::ops::Deref for LayerRef<'_> {
+    type Target = LayerWeights;
+    fn deref(&self) -> &LayerWeights {
+        match self {
+            LayerRef::Resident(w) => w,
+            LayerRef::Streamed(w) => w,
+        }
+    }
 }
 
 impl Model {
     pub fn load(gpu: &Gpu, ckpt: &Checkpoint) -> Result<Model> {
-        let weights = ModelWeights::load(gpu, ckpt)?;
-        Ok(Model { cfg: ckpt.config().clone(), weights, rope: std::sync::Mutex::new(None) })
+        Self::load_as(gpu, ckpt, WeightFormat::Stored)
+    }
+
+    /// Every frozen weight resident on the GPU, in `format`.
+    pub fn load_as(gpu: &Gpu, ckpt: &Checkpoint, format: WeightFormat) -> Result<Model> {
+        let weights = ModelWeights::load_as(gpu, ckpt, format)?;
+        Ok(Model { cfg: ckpt.config().clone(), weights, stream: None, rope: std::sync::Mutex::new(None) })
+    }
+
+    /// Streamed: only the block being computed (or one vocab chunk) is on the GPU.
+    pub fn streamed(gpu: &Gpu, source: std::sync::Arc<dyn WeightSource>, format: WeightFormat) -> Result<Model> {
+        let cfg = source.config().clone();
+        let norm = upload_vector(gpu, &source.final_norm()?, Category::Weights)?;
+        let rows = weights::chunk_rows_for(gpu, cfg.hidden, format.dtype(DType::BF16)).min(DEFAULT_CHUNK_ROWS);
+        let weights = ModelWeights {
+            embed: RowChunks { chunks: Vec::new(), chunk_rows: rows, rows: cfg.vocab },
+            layers: Vec::new(),
+            norm,
+            lm_head: None,
+        };
+        Ok(Model { cfg, weights, stream: Some((source, format)), rope: std::sync::Mutex::new(None) })
+    }
+
+    pub fn is_streamed(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Block i's weights (uploaded now when streamed).
+    pub fn layer(&self, gpu: &Gpu, i: usize) -> Result<LayerRef<'_>> {
+        match &self.stream {
+            None => Ok(LayerRef::Resident(&self.weights.layers[i])),
+            Some((src, format)) => Ok(LayerRef::Streamed(upload_layer(gpu, &src.layer(i)?, *format)?)),
+        }
+    }
+
+    /// x (N, C) = embedding rows of the input ids.
+    fn embed(&self, gpu: &Gpu, input: &StepInput, x: &Tensor) -> Result<()> {
+        match &self.stream {
+            None => embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, &input.ids, x),
+            Some((src, _)) => gpu.write_f32(x, &src.embedding_rows(&input.ids_host)?),
+        }
+        Ok(())
     }
 
     fn rope_for(&self, gpu: &Gpu, seq: usize) -> Result<std::sync::Arc<RopeTable>> {
@@ -75,7 +138,15 @@ impl Model {
             Some(m) if m.iter().any(|&v| v == 0) => Some(gpu.upload_u32(m, &[n], Category::Activations)?),
             _ => None,
         };
-        Ok(StepInput { batch: batch.rows, seq: batch.seq, ids, targets, mask, inv_count: 1.0 / count as f32 })
+        Ok(StepInput {
+            batch: batch.rows,
+            seq: batch.seq,
+            ids,
+            ids_host: batch.input_ids.clone(),
+            targets,
+            mask,
+            inv_count: 1.0 / count as f32,
+        })
     }
 
     fn attn_shape(&self, input: &StepInput) -> AttnShape {
@@ -88,9 +159,31 @@ impl Model {
         }
     }
 
-    fn vocab_table(&self) -> VocabTable<'_> {
-        let t = self.weights.output_table();
-        VocabTable { chunks: (&t.chunks).into(), chunk_rows: t.chunk_rows, vocab: self.cfg.vocab }
+    /// Run `f` with the output table: resident chunks, or chunks uploaded one at a time.
+    fn with_vocab_table<R>(&self, gpu: &Gpu, f: impl FnOnce(&VocabTable) -> R) -> R {
+        match &self.stream {
+            None => {
+                let t = self.weights.output_table();
+                f(&VocabTable { chunks: (&t.chunks).into(), chunk_rows: t.chunk_rows, vocab: self.cfg.vocab })
+            }
+            Some((src, format)) => {
+                let rows = self.weights.embed.chunk_rows;
+                let vocab = self.cfg.vocab;
+                let load = |i: usize| -> std::result::Result<Tensor, crate::gpu::GpuError> {
+                    let (r0, r1) = (i * rows, ((i + 1) * rows).min(vocab));
+                    upload_output_chunk(gpu, src.as_ref(), r0, r1, *format).map_err(|e| match e {
+                        Error::Gpu(g) => g,
+                        other => crate::gpu::GpuError::Readback(format!("weights: {other}")),
+                    })
+                };
+                let table = VocabTable {
+                    chunks: TableChunks::Streamed { count: vocab.div_ceil(rows), load: &load },
+                    chunk_rows: rows,
+                    vocab,
+                };
+                f(&table)
+            }
+        }
     }
 
     /// Mean cross-entropy of the batch, and (when `grads` is given) the LoRA
@@ -128,14 +221,16 @@ impl Model {
         };
         let keep_all = mode == Mode::Full && grads.is_some();
         let x0 = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Checkpoints)?;
-        embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, &input.ids, &x0);
+        self.embed(gpu, input, &x0)?;
         gpu.alloc.sample(|| "embedding".into());
         // Forward, keeping each block's input (and, in full mode, all its intermediates).
         let mut checkpoints: Vec<Tensor> = Vec::with_capacity(cfg.layers + 1);
         let mut saved: Vec<Option<Saved>> = Vec::with_capacity(cfg.layers);
         let mut x = x0;
-        for (i, w) in self.weights.layers.iter().enumerate() {
-            let (y, sv) = block_forward_keep(gpu, &ctx, w, Some(&lora.params.layers[i]), &x, keep_all, true)?;
+        for i in 0..cfg.layers {
+            let w = self.layer(gpu, i)?;
+            let (y, sv) = block_forward_keep(gpu, &ctx, &w, Some(&lora.params.layers[i]), &x, keep_all, true)?;
+            drop(w);
             saved.push(sv);
             let y = retag(gpu, y, Category::Checkpoints)?;
             checkpoints.push(std::mem::replace(&mut x, y));
@@ -146,8 +241,9 @@ impl Model {
         rmsnorm_forward(gpu, &x, &self.weights.norm, cfg.rms_norm_eps as f32, &xf, &rstd);
         let lse = gpu.zeros(&[n], DType::F32, Category::Activations)?;
         let loss_t = gpu.zeros(&[1], DType::F32, Category::Scratch)?;
-        let table = self.vocab_table();
-        lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)?;
+        self.with_vocab_table(gpu, |table| {
+            lm_head_ce_forward(gpu, &xf, table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)
+        })?;
         gpu.alloc.sample(|| "lm_head forward".into());
         let Some(grads) = grads else {
             return Ok(gpu.read_f32(&loss_t).await?[0]);
@@ -155,7 +251,9 @@ impl Model {
 
         // Backward.
         let dxf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
-        lm_head_ce_backward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &dxf, 0.0, CE_TOKEN_CHUNK)?;
+        self.with_vocab_table(gpu, |table| {
+            lm_head_ce_backward(gpu, &xf, table, &input.targets, input.inv_count, &lse, &dxf, 0.0, CE_TOKEN_CHUNK)
+        })?;
         drop((xf, lse));
         let mut dx = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
         rmsnorm_backward(gpu, &dxf, &x, &self.weights.norm, &rstd, &dx, 0.0);
@@ -164,11 +262,12 @@ impl Model {
         for i in (0..cfg.layers).rev() {
             let xin = checkpoints.pop().ok_or_else(|| Error::msg("missing checkpoint"))?;
             let sv = saved.pop().flatten();
+            let w = self.layer(gpu, i)?;
             dx = block_backward(
                 gpu,
                 &ctx,
                 mode,
-                &self.weights.layers[i],
+                &w,
                 &lora.params.layers[i],
                 &grads.layers[i],
                 &xin,

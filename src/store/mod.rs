@@ -69,6 +69,7 @@ struct Entry {
 
 /// A checkpoint: model.safetensors, or the shards listed in
 /// model.safetensors.index.json ("weight_map"), plus the json files.
+#[derive(Clone)]
 pub struct Checkpoint {
     config: ModelConfig,
     files: HashMap<String, Vec<u8>>,
