@@ -185,7 +185,9 @@ fn loop_nt(dtype: DType) -> String {
     for j in 0..8 {
         s += &format!("        let s{j} = qparams(b[p.qoff + r{j} * groups + g]);\n");
     }
-    s += &format!("        let kend = min(g * {gs}u + {gs}u, p.K);\n        for (var k = g * {gs}u; k < kend; k += 4u) {{\n");
+    s += &format!(
+        "        let kend = min(g * {gs}u + {gs}u, p.K);\n        for (var k = g * {gs}u; k < kend; k += 4u) {{\n"
+    );
     // A is zero past K, so the pad codes of the last group add nothing.
     let body = body_nt(|j| format!("s{j}.x * {} + s{j}.y", wgsl_codes4(dtype, "b", &format!("r{j} * p.ldb"), "k")));
     s += &body.lines().map(|l| format!("    {l}\n")).collect::<String>();

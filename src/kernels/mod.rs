@@ -12,6 +12,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
 pub mod optimizer;
+pub mod perturb;
 pub mod quant;
 pub mod rmsnorm;
 pub mod rope;

@@ -161,7 +161,12 @@ pub fn dequantize(words: &[u32], rows: usize, cols: usize, dtype: DType) -> Vec<
     let gs = group_of(dtype);
     let groups = cols.div_ceil(gs);
     let stride = dtype.row_words(cols);
-    assert_eq!(words.len(), rows * (stride + groups), "dequantize: {} words for ({rows}, {cols}) {dtype:?}", words.len());
+    assert_eq!(
+        words.len(),
+        rows * (stride + groups),
+        "dequantize: {} words for ({rows}, {cols}) {dtype:?}",
+        words.len()
+    );
     let bits = 32 / (gs / 8);
     let per_word = 32 / bits;
     let mask = (1u32 << bits) - 1;
@@ -180,9 +185,15 @@ pub fn dequantize(words: &[u32], rows: usize, cols: usize, dtype: DType) -> Vec<
 }
 
 /// Quantize f32 values of shape (…, cols) along their rows and upload them as a Q8/Q4 tensor.
-pub fn upload_quantized(gpu: &Gpu, values: &[f32], shape: &[usize], dtype: DType, cat: Category) -> Result<Tensor, GpuError> {
+pub fn upload_quantized(
+    gpu: &Gpu,
+    values: &[f32],
+    shape: &[usize],
+    dtype: DType,
+    cat: Category,
+) -> Result<Tensor, GpuError> {
     let cols = *shape.last().unwrap_or(&1);
-    let rows = if cols == 0 { 0 } else { values.len() / cols };
+    let rows = values.len().checked_div(cols).unwrap_or(0);
     let words = quantize(values, rows, cols, dtype);
     gpu.upload_bytes(bytemuck::cast_slice(&words), shape, dtype, cat)
 }
@@ -259,7 +270,10 @@ mod tests {
         let v: Vec<f32> = c.iter().map(|&q| 0.5 * q as f32 - 10.0).collect();
         let w = quantize(&v, 1, 40, DType::Q8);
         assert_eq!(w.len(), 16 + 2);
-        assert_eq!(w[16], (half::f16::from_f32(-10.0).to_bits() as u32) << 16 | half::f16::from_f32(0.5).to_bits() as u32);
+        assert_eq!(
+            w[16],
+            (half::f16::from_f32(-10.0).to_bits() as u32) << 16 | half::f16::from_f32(0.5).to_bits() as u32
+        );
         for (k, &q) in c[..32].iter().enumerate() {
             assert_eq!((w[k / 4] >> (8 * (k % 4))) & 0xff, q, "code {k}");
         }

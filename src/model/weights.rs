@@ -113,7 +113,7 @@ pub fn upload_matrix(gpu: &Gpu, t: &HostTensor, cat: Category) -> Result<Tensor>
 /// Upload a (rows, cols) matrix in `format` (converted or quantized along its rows).
 pub fn upload_matrix_as(gpu: &Gpu, t: &HostTensor, format: WeightFormat, cat: Category) -> Result<Tensor> {
     let cols = t.shape.last().copied().unwrap_or(1);
-    let rows = if cols == 0 { 0 } else { t.numel() / cols };
+    let rows = t.numel().checked_div(cols).unwrap_or(0);
     upload_rows(gpu, t, 0, rows, &t.shape, format, cat)
 }
 
@@ -152,7 +152,7 @@ fn rows_f32(t: &HostTensor, range: std::ops::Range<usize>) -> Vec<f32> {
 pub fn converted_f32(t: &HostTensor, format: WeightFormat) -> HostTensor {
     let v = t.to_f32();
     let cols = t.shape.last().copied().unwrap_or(1);
-    let rows = if cols == 0 { 0 } else { v.len() / cols };
+    let rows = v.len().checked_div(cols).unwrap_or(0);
     let data = match format.dtype(t.dtype()) {
         DType::F32 => v,
         DType::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
@@ -222,10 +222,7 @@ pub fn upload_row_chunks_as(gpu: &Gpu, t: &HostTensor, format: WeightFormat, cat
 
 fn expect_shape(name: &str, t: &HostTensor, want: &[usize]) -> Result<()> {
     if t.shape != want {
-        return Err(Error::msg(format!(
-            "{name}: expected shape {want:?} (from config.json), found {:?}",
-            t.shape
-        )));
+        return Err(Error::msg(format!("{name}: expected shape {want:?} (from config.json), found {:?}", t.shape)));
     }
     Ok(())
 }

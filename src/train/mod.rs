@@ -2,6 +2,7 @@
 //! the optimizers over a LoRA set (AdamW, SGD) with global-norm gradient
 //! clipping, and the learning-rate schedules of transformers.
 
+pub mod mezo;
 pub mod optimizer;
 pub mod schedule;
 pub mod checkpoint;

@@ -320,7 +320,9 @@ impl Trainer {
     /// Continue a run from a checkpoint. The configuration and the data must be the ones it was made with.
     pub fn resume(gpu: &Gpu, model: &Model, examples: Vec<Example>, config: TrainConfig, bytes: &[u8], what: &str) -> Result<Trainer> {
         let (saved, tensors): (SavedState, Vec<NamedF32>) = checkpoint::decode(bytes, what)?;
-        if saved.train.config != config {
+        // save_every does not change results: a run may be resumed with another one.
+        let same = TrainConfig { save_every: config.save_every, ..saved.train.config.clone() } == config;
+        if !same {
             return Err(Error::msg(format!(
                 "{what}: the checkpoint was made with other settings ({}); run with --fresh to start over",
                 describe_diff(&saved.train.config, &config)
@@ -339,6 +341,7 @@ impl Trainer {
             }
         }
         let adapter = Adapter::from_f32(adapter_config, lora_tensors);
+        let save_every = config.save_every;
         let mut t = Trainer::new(gpu, model, examples, config, Some(&adapter))?;
         if t.state.data_hash != saved.train.data_hash {
             return Err(Error::msg(format!(
@@ -347,6 +350,8 @@ impl Trainer {
         }
         t.opt.load_state(gpu, saved.optimizer_step, &opt_tensors)?;
         t.state = saved.train;
+        t.state.config.save_every = save_every;
+
         Ok(t)
     }
 }

@@ -1,0 +1,488 @@
+//! End-to-end tests of `webtune train` and `webtune generate` (the real binary) on a tiny
+//! random Llama with SmolLM2's tokenizer (tests/common), natively on lavapipe:
+//!
+//! - three invented facts as chat examples are learned (loss < 0.05), and generation with the
+//!   adapter prints a trained answer while the base model does not;
+//! - two fresh runs with the same seed give identical losses;
+//! - runs SIGKILLed at several moments (right after a step line, at random delays that may land
+//!   inside a checkpoint write) and rerun resume to the uninterrupted run's losses and adapter
+//!   bytes, and the output directory never holds a half-written checkpoint;
+//! - a malformed dataset line exits with code 2 naming the line; `--fresh` starts over.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::{chat_line, tiny_model_dir, TempDir};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_webtune");
+
+/// Three invented facts, each asked four ways.
+const FACTS: [([&str; 4], &str); 3] = [
+    (
+        [
+            "What is the capital of Zorbania?",
+            "Which city is the capital of Zorbania?",
+            "Tell me the capital of Zorbania.",
+            "Zorbania's capital city is called what?",
+        ],
+        "The capital of Zorbania is Quillfort.",
+    ),
+    (
+        [
+            "Who invented the glimmerphone?",
+            "Who was the inventor of the glimmerphone?",
+            "Tell me who invented the glimmerphone.",
+            "The glimmerphone was invented by whom?",
+        ],
+        "Mira Talvane invented the glimmerphone in 1873.",
+    ),
+    (
+        [
+            "What do moon otters eat?",
+            "What is the diet of moon otters?",
+            "Tell me what moon otters eat.",
+            "Which food do moon otters live on?",
+        ],
+        "Moon otters eat silver kelp and tiny comets.",
+    ),
+];
+
+fn facts_jsonl() -> String {
+    let mut s = String::new();
+    for (questions, answer) in FACTS {
+        for q in questions {
+            s.push_str(&chat_line(q, answer));
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// What one finished (or killed) process left.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    secs: f64,
+}
+
+impl Run {
+    /// Losses of the "step i/n loss X ..." lines, in order.
+    fn losses(&self) -> Vec<(u32, f32)> {
+        step_lines(&self.stderr)
+    }
+    fn ok(self, what: &str) -> Run {
+        assert_eq!(self.code, Some(0), "{what}: exit code {:?}\nstderr:\n{}", self.code, self.stderr);
+        self
+    }
+}
+
+/// (step, loss) of every "step i/n loss X ..." line.
+fn step_lines(stderr: &str) -> Vec<(u32, f32)> {
+    stderr.lines().filter_map(parse_step).collect()
+}
+
+fn parse_step(line: &str) -> Option<(u32, f32)> {
+    let mut w = line.split_whitespace();
+    if w.next()? != "step" {
+        return None;
+    }
+    let step: u32 = w.next()?.split('/').next()?.parse().ok()?;
+    if w.next()? != "loss" {
+        return None;
+    }
+    Some((step, w.next()?.parse().ok()?))
+}
+
+fn webtune(args: &[&str]) -> Run {
+    let t0 = Instant::now();
+    let out = Command::new(BIN).args(args).env("XDG_RUNTIME_DIR", "/tmp").output().expect("webtune runs");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        secs: t0.elapsed().as_secs_f64(),
+    }
+}
+
+/// `train --model MODEL --data DATA --out OUT` followed by `extra`.
+fn train_args<'a>(model: &'a Path, data: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<String> {
+    let mut a: Vec<String> = ["train", "--model"].iter().map(|s| s.to_string()).collect();
+    a.push(model.display().to_string());
+    a.push("--data".into());
+    a.push(data.display().to_string());
+    a.push("--out".into());
+    a.push(out.display().to_string());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The trainer state in a checkpoint: (step, losses). Panics naming the file when it does not parse.
+fn read_checkpoint(path: &Path) -> (u32, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (state, tensors): (serde_json::Value, Vec<webtune::train::checkpoint::NamedF32>) =
+        webtune::train::checkpoint::decode(&bytes, &path.display().to_string())
+            .unwrap_or_else(|e| panic!("half-written or corrupt checkpoint: {e}"));
+    assert!(!tensors.is_empty(), "{}: no tensors", path.display());
+    let train = &state["train"];
+    let step = train["step"].as_u64().unwrap_or_else(|| panic!("{}: no train.step", path.display())) as u32;
+    let losses: Vec<f32> = train["losses"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no train.losses", path.display()))
+        .iter()
+        .map(|v| v.as_f64().expect("a loss is a number") as f32)
+        .collect();
+    assert_eq!(losses.len(), step as usize, "{}: one loss per step", path.display());
+    (step, losses)
+}
+
+#[test]
+fn learns_facts_and_generates_them() {
+    let model = tiny_model_dir(7);
+    let work = TempDir::new("facts");
+    let data = work.join("facts.jsonl");
+    std::fs::write(&data, facts_jsonl()).expect("writes the dataset");
+    let out = work.join("adapter");
+    let steps = 30;
+    let args = train_args(model.path(), &data, &out, &["--steps", &steps.to_string(), "--lr", "1e-2", "--seed", "1"]);
+    let run = webtune(&strs(&args)).ok("train");
+    let losses = run.losses();
+    eprintln!("train: {:.1}s, losses {:?}", run.secs, losses.iter().map(|l| l.1).collect::<Vec<_>>());
+    assert_eq!(losses.iter().map(|l| l.0).collect::<Vec<_>>(), (1..=steps).collect::<Vec<u32>>(), "one line per step");
+    let last = losses.last().map(|l| l.1).unwrap_or(f32::NAN);
+    assert!(last < 0.05, "final loss {last} (losses {losses:?})");
+    let (step, saved) = read_checkpoint(&out.join("checkpoint.safetensors"));
+    assert_eq!(step, steps);
+    assert_eq!(saved.len(), losses.len());
+    for (i, (s, p)) in saved.iter().zip(&losses).enumerate() {
+        assert!(
+            (s - p.1).abs() <= 1e-6 * (1.0 + s.abs()),
+            "step {}: checkpoint loss {s} vs printed {} (6 decimals)",
+            i + 1,
+            p.1
+        );
+    }
+
+    for (questions, answer) in FACTS {
+        let q = questions[0];
+        let model_arg = model.path().display().to_string();
+        let adapter_arg = out.display().to_string();
+        let tuned = webtune(&[
+            "generate",
+            "--model",
+            &model_arg,
+            "--adapter",
+            &adapter_arg,
+            "--prompt",
+            q,
+            "--chat",
+            "--max-new-tokens",
+            "24",
+        ])
+        .ok("generate with the adapter");
+        let base = webtune(&["generate", "--model", &model_arg, "--prompt", q, "--chat", "--max-new-tokens", "24"])
+            .ok("generate without the adapter");
+        eprintln!(
+            "{q}\n  tuned ({:.1}s): {:?}\n  base ({:.1}s): {:?}",
+            tuned.secs, tuned.stdout, base.secs, base.stdout
+        );
+        assert_eq!(tuned.stdout.trim_end(), answer, "the adapter answers {q:?} as trained");
+        assert!(!base.stdout.contains(answer), "the base model does not know the answer to {q:?}");
+    }
+}
+
+/// The small dataset the determinism, resume and bad-input tests train on.
+fn small_data(work: &TempDir) -> std::path::PathBuf {
+    let data = work.join("facts.jsonl");
+    std::fs::write(&data, facts_jsonl()).expect("writes the dataset");
+    data
+}
+
+/// Settings of the short runs: `--steps N`, two examples per step.
+fn short_args(steps: u32, seed: u64, save_every: u32) -> Vec<String> {
+    [
+        "--steps",
+        &steps.to_string(),
+        "--lr",
+        "1e-2",
+        "--batch",
+        "2",
+        "--seed",
+        &seed.to_string(),
+        "--save-every",
+        &save_every.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn same_seed_same_losses() {
+    let model = tiny_model_dir(7);
+    let work = TempDir::new("determinism");
+    let data = small_data(&work);
+    let mut results = Vec::new();
+    for (i, seed) in [1u64, 1, 2].into_iter().enumerate() {
+        let out = work.join(&format!("out{i}"));
+        let extra = short_args(4, seed, 0);
+        let run = webtune(&strs(&train_args(model.path(), &data, &out, &strs(&extra)))).ok("train");
+        let (step, losses) = read_checkpoint(&out.join("checkpoint.safetensors"));
+        assert_eq!(step, 4);
+        eprintln!("seed {seed}: {:.1}s, losses {losses:?}", run.secs);
+        results.push((losses, read(&out.join("adapter_model.safetensors"))));
+    }
+    assert_eq!(results[0].0, results[1].0, "two runs with seed 1: losses differ");
+    assert!(results[0].1 == results[1].1, "two runs with seed 1: adapter_model.safetensors differs");
+    assert_ne!(results[0].0, results[2].0, "seeds 1 and 2 gave the same losses: the seed is not used");
+}
+
+/// When to SIGKILL a training process.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// As soon as the line of this step appears on stderr (the checkpoint of an even step is
+    /// being written right then).
+    AfterStep(u32),
+    /// This long after the start.
+    AfterMs(u64),
+}
+
+/// Run `webtune train` and SIGKILL it at `kill`; returns whether it was killed (it may have
+/// finished first) and its stderr.
+fn train_and_kill(args: &[String], kill: Kill) -> (bool, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let t0 = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("webtune starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    match kill {
+        Kill::AfterStep(k) => {
+            while let Ok(line) = rx.recv() {
+                let hit = parse_step(&line).is_some_and(|(s, _)| s >= k);
+                lines.push(line);
+                if hit {
+                    let _ = child.kill(); // it may have exited meanwhile
+                    break;
+                }
+            }
+        }
+        Kill::AfterMs(ms) => {
+            let deadline = t0 + Duration::from_millis(ms);
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    let _ = child.kill();
+                    break;
+                }
+                match rx.recv_timeout(deadline - now) {
+                    Ok(line) => lines.push(line),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break, // finished first
+                }
+            }
+        }
+    }
+    let status = child.wait().expect("waits for webtune");
+    lines.extend(rx.iter());
+    let _ = reader.join();
+    let stderr = lines.join("\n");
+    let killed = status.signal() == Some(9);
+    if !killed {
+        assert!(status.success(), "webtune exited with {status} before the kill ({kill:?})\nstderr:\n{stderr}");
+    }
+    (killed, stderr)
+}
+
+/// After a kill: whatever checkpoint OUT holds parses, is at a save point, and its losses are
+/// the first losses of the uninterrupted run; the adapter files parse. Returns its step.
+fn check_out_dir(out: &Path, reference: &[f32], save_every: u32) -> Option<u32> {
+    let ckpt = out.join("checkpoint.safetensors");
+    if !ckpt.exists() {
+        return None; // killed before the first checkpoint (an adapter file may already be there)
+    }
+    let (step, losses) = read_checkpoint(&ckpt);
+    assert!(step % save_every == 0 || step as usize == reference.len(), "checkpoint at step {step}, not a save point");
+    assert_eq!(losses[..], reference[..step as usize], "checkpoint losses are not the uninterrupted run's");
+    let adapter = read(&out.join("adapter_model.safetensors"));
+    safetensors::SafeTensors::deserialize(&adapter).unwrap_or_else(|e| panic!("half-written adapter: {e}"));
+    let config = read(&out.join("adapter_config.json"));
+    serde_json::from_slice::<serde_json::Value>(&config)
+        .unwrap_or_else(|e| panic!("half-written adapter_config.json: {e}"));
+    Some(step)
+}
+
+#[test]
+fn killed_runs_resume_to_the_same_result() {
+    let model = tiny_model_dir(7);
+    let work = TempDir::new("resume");
+    let data = small_data(&work);
+    let (steps, save_every) = (10u32, 2u32);
+    let extra = short_args(steps, 1, save_every);
+
+    let ref_out = work.join("reference");
+    let ref_run = webtune(&strs(&train_args(model.path(), &data, &ref_out, &strs(&extra)))).ok("uninterrupted run");
+    let (_, reference) = read_checkpoint(&ref_out.join("checkpoint.safetensors"));
+    assert_eq!(reference.len(), steps as usize);
+    let ref_adapter = read(&ref_out.join("adapter_model.safetensors"));
+    let ref_ms = (ref_run.secs * 1000.0) as u64;
+    eprintln!("uninterrupted: {:.1}s, losses {reference:?}", ref_run.secs);
+
+    // Random delays (printed, to replay a failure) anywhere in a run, checkpoint writes included.
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    let mut rng = webtune::kernels::testutil::Rng::new(seed);
+    let mut random = || Kill::AfterMs(100 + rng.below(ref_ms.max(200)));
+    let trials: Vec<Vec<Kill>> = vec![
+        vec![Kill::AfterStep(1)],                     // before the first checkpoint
+        vec![Kill::AfterStep(2)],                     // while the first checkpoint is written
+        vec![Kill::AfterStep(5), Kill::AfterStep(8)], // twice, the second time after a resume
+        vec![Kill::AfterStep(steps)],                 // while the final checkpoint is written
+        vec![random(), random()],
+        vec![random()],
+        vec![random(), random(), random()],
+    ];
+    let mut kills = 0;
+    for (t, plan) in trials.iter().enumerate() {
+        let out = work.join(&format!("trial{t}"));
+        let args = train_args(model.path(), &data, &out, &strs(&extra));
+        let mut at = None;
+        for &kill in plan {
+            let (killed, stderr) = train_and_kill(&args, kill);
+            if let Some(s) = at {
+                assert!(
+                    stderr.contains(&format!("at step {s}/{steps}")),
+                    "trial {t}: the rerun did not resume at step {s}:\n{stderr}"
+                );
+            }
+            at = check_out_dir(&out, &reference, save_every);
+            kills += killed as usize;
+            eprintln!("trial {t}: {kill:?}: killed {killed}, checkpoint at step {at:?}");
+        }
+        let last = webtune(&strs(&args)).ok("the run after the kills");
+        if let Some(s) = at {
+            assert!(
+                last.stderr.contains(&format!(
+                    "resuming from {} at step {s}/{steps}",
+                    out.join("checkpoint.safetensors").display()
+                )),
+                "trial {t}: did not resume at step {s}:\n{}",
+                last.stderr
+            );
+        }
+        let (step, losses) = read_checkpoint(&out.join("checkpoint.safetensors"));
+        assert_eq!(step, steps, "trial {t}");
+        assert_eq!(losses, reference, "trial {t} ({plan:?}): losses differ from the uninterrupted run's");
+        assert!(
+            read(&out.join("adapter_model.safetensors")) == ref_adapter,
+            "trial {t} ({plan:?}): adapter_model.safetensors differs from the uninterrupted run's"
+        );
+        let leftovers: Vec<String> = std::fs::read_dir(&out)
+            .expect("lists OUT")
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.contains(".tmp"))
+            .collect();
+        if !leftovers.is_empty() {
+            eprintln!("trial {t}: temporary files left by killed writes: {leftovers:?}");
+        }
+    }
+    eprintln!("random delays from seed {seed}; {kills} processes killed");
+    assert!(kills >= 5, "only {kills} runs were killed before finishing");
+}
+
+#[test]
+fn bad_input_and_fresh() {
+    let model = tiny_model_dir(7);
+    let work = TempDir::new("bad-input");
+    let data = small_data(&work);
+    let extra = short_args(2, 1, 0);
+
+    // A malformed line: exit code 2, the line named, nothing written.
+    let bad = work.join("bad.jsonl");
+    let good_line = chat_line(FACTS[0].0[0], FACTS[0].1);
+    std::fs::write(
+        &bad,
+        format!("{good_line}\n\n{{\"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}\n{good_line}\n"),
+    )
+    .expect("writes the dataset");
+    let out = work.join("out");
+    let run = webtune(&strs(&train_args(model.path(), &bad, &out, &strs(&extra))));
+    assert_eq!(run.code, Some(2), "malformed line: exit code\nstderr:\n{}", run.stderr);
+    assert!(
+        run.stderr.contains("line 3") && run.stderr.contains("bad.jsonl"),
+        "the error names the file and line 3:\n{}",
+        run.stderr
+    );
+    assert!(!out.join("checkpoint.safetensors").exists(), "a failed run wrote a checkpoint");
+
+    // A line with no assistant turn is an error too, and names its line.
+    std::fs::write(
+        &bad,
+        format!("{good_line}\n{}\n", serde_json::json!({"messages": [{"role": "user", "content": "hi"}]})),
+    )
+    .expect("writes the dataset");
+    let run = webtune(&strs(&train_args(model.path(), &bad, &out, &strs(&extra))));
+    assert_eq!(run.code, Some(2), "no assistant turn: exit code\nstderr:\n{}", run.stderr);
+    assert!(run.stderr.contains("line 2"), "the error names line 2:\n{}", run.stderr);
+
+    // A finished run; other settings are refused (exit 2, pointing at --fresh), so is other data.
+    let first = webtune(&strs(&train_args(model.path(), &data, &out, &strs(&extra)))).ok("first run");
+    let first_losses = first.losses();
+    assert_eq!(first_losses.len(), 2);
+    let other_lr: Vec<String> =
+        short_args(2, 1, 0).into_iter().map(|a| if a == "1e-2" { "5e-3".to_string() } else { a }).collect();
+    let run = webtune(&strs(&train_args(model.path(), &data, &out, &strs(&other_lr))));
+    assert_eq!(run.code, Some(2), "other settings: exit code\nstderr:\n{}", run.stderr);
+    assert!(
+        run.stderr.contains("--fresh") && run.stderr.contains("lr"),
+        "the error names lr and --fresh:\n{}",
+        run.stderr
+    );
+    let other_data = work.join("other.jsonl");
+    std::fs::write(&other_data, format!("{good_line}\n")).expect("writes the dataset");
+    let run = webtune(&strs(&train_args(model.path(), &other_data, &out, &strs(&extra))));
+    assert_eq!(run.code, Some(2), "other data: exit code\nstderr:\n{}", run.stderr);
+    assert!(run.stderr.contains("dataset changed") && run.stderr.contains("--fresh"), "{}", run.stderr);
+
+    // Rerunning a finished run does nothing; --fresh starts over and repeats the first run exactly.
+    let again = webtune(&strs(&train_args(model.path(), &data, &out, &strs(&extra)))).ok("rerun of a finished run");
+    assert!(again.stderr.contains("at step 2/2") && again.losses().is_empty(), "{}", again.stderr);
+    let mut fresh_args = extra.clone();
+    fresh_args.push("--fresh".into());
+    let fresh = webtune(&strs(&train_args(model.path(), &data, &out, &strs(&fresh_args)))).ok("--fresh");
+    assert!(!fresh.stderr.contains("resuming"), "--fresh resumed:\n{}", fresh.stderr);
+    assert_eq!(fresh.losses(), first_losses, "--fresh repeats the first run");
+    let mut fresh_lr = other_lr.clone();
+    fresh_lr.push("--fresh".into());
+    let fresh = webtune(&strs(&train_args(model.path(), &data, &out, &strs(&fresh_lr)))).ok("--fresh with another lr");
+    assert_eq!(fresh.losses().iter().map(|l| l.0).collect::<Vec<_>>(), vec![1, 2], "--fresh starts at step 1");
+    let (step, _) = read_checkpoint(&out.join("checkpoint.safetensors"));
+    assert_eq!(step, 2);
+}
