@@ -71,3 +71,77 @@ pub async fn bench_matmuls(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usi
     }
     Ok(out)
 }
+
+/// Attention (forward, backward), RMSNorm, SwiGLU and lm_head + cross-entropy at one shape.
+pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, reps: usize) -> Result<Vec<KernelTiming>> {
+    use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
+    use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, VocabTable};
+    let mut rng = Rng::new(11);
+    let mut out = Vec::new();
+    let (c, d) = (cfg.hidden, cfg.head_dim);
+    let s = AttnShape { batch: 1, seq: tokens, heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: d };
+    let act = |rng: &mut Rng, shape: &[usize]| rand(gpu, rng, shape, DType::F32, Category::Activations);
+    let q = act(&mut rng, &[tokens, cfg.heads * d])?;
+    let k = act(&mut rng, &[tokens, cfg.kv_heads * d])?;
+    let v = act(&mut rng, &[tokens, cfg.kv_heads * d])?;
+    let o = gpu.zeros(&q.shape, DType::F32, Category::Activations)?;
+    let lse = gpu.zeros(&[cfg.heads * tokens], DType::F32, Category::Activations)?;
+    // causal: half of the T×T scores, QK and PV, 2 flops each
+    let aflops = 2.0 * 2.0 * (cfg.heads * tokens * tokens * d) as f64 / 2.0;
+    let ms = time_it(gpu, reps, || attention_forward(gpu, &s, &q, &k, &v, None, &o, &lse)).await?;
+    out.push(KernelTiming { shape: name.into(), kernel: "attention forward".into(), dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads), ms, gflops: aflops / ms / 1e6, flops: aflops });
+    let d_o = act(&mut rng, &q.shape)?;
+    let (dq, dk, dv) = (gpu.zeros(&q.shape, DType::F32, Category::Activations)?, gpu.zeros(&k.shape, DType::F32, Category::Activations)?, gpu.zeros(&v.shape, DType::F32, Category::Activations)?);
+    let mut err = None;
+    let ms = time_it(gpu, reps, || {
+        if let Err(e) = attention_backward(gpu, &s, &q, &k, &v, &o, &d_o, &lse, None, &dq, &dk, &dv) {
+            err = Some(e);
+        }
+    })
+    .await?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    out.push(KernelTiming { shape: name.into(), kernel: "attention backward".into(), dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads), ms, gflops: 2.5 * aflops / ms / 1e6, flops: 2.5 * aflops });
+    let x = act(&mut rng, &[tokens, c])?;
+    let w = gpu.upload_f32(&vec![1.0; c], &[c], Category::Weights)?;
+    let y = gpu.zeros(&[tokens, c], DType::F32, Category::Activations)?;
+    let rstd = gpu.zeros(&[tokens], DType::F32, Category::Activations)?;
+    let ms = time_it(gpu, reps, || crate::kernels::rmsnorm::rmsnorm_forward(gpu, &x, &w, 1e-6, &y, &rstd)).await?;
+    out.push(KernelTiming { shape: name.into(), kernel: "rmsnorm forward".into(), dims: format!("{tokens}x{c}"), ms, gflops: 4.0 * (tokens * c) as f64 / ms / 1e6, flops: 4.0 * (tokens * c) as f64 });
+    let f = cfg.intermediate;
+    let (g, u, m) = (act(&mut rng, &[tokens, f])?, act(&mut rng, &[tokens, f])?, gpu.zeros(&[tokens, f], DType::F32, Category::Activations)?);
+    let ms = time_it(gpu, reps, || crate::kernels::swiglu::swiglu_forward(gpu, &g, &u, &m)).await?;
+    out.push(KernelTiming { shape: name.into(), kernel: "swiglu forward".into(), dims: format!("{tokens}x{f}"), ms, gflops: 5.0 * (tokens * f) as f64 / ms / 1e6, flops: 5.0 * (tokens * f) as f64 });
+    // lm_head + cross-entropy over the real vocabulary, bf16 table in chunks of 8192 rows
+    let rows = crate::kernels::cross_entropy::DEFAULT_CHUNK_ROWS;
+    let mut chunks = Vec::new();
+    for r0 in (0..cfg.vocab).step_by(rows) {
+        chunks.push(rand(gpu, &mut rng, &[rows.min(cfg.vocab - r0), c], DType::BF16, Category::Weights)?);
+    }
+    let table = VocabTable { chunks: (&chunks).into(), chunk_rows: rows, vocab: cfg.vocab };
+    let tbits: Vec<u32> = (0..tokens).map(|i| (i * 7919 % cfg.vocab) as u32).collect();
+    let targets = gpu.upload_u32(&tbits, &[tokens], Category::Activations)?;
+    let (lse2, loss, dx) = (gpu.zeros(&[tokens], DType::F32, Category::Activations)?, gpu.zeros(&[1], DType::F32, Category::Scratch)?, gpu.zeros(&[tokens, c], DType::F32, Category::Activations)?);
+    let cflops = 2.0 * (tokens * c * cfg.vocab) as f64;
+    let inv = 1.0 / tokens as f32;
+    let mut err = None;
+    let ms = time_it(gpu, 1, || {
+        if let Err(e) = lm_head_ce_forward(gpu, &x, &table, &targets, inv, &lse2, &loss, 1024) {
+            err = Some(e);
+        }
+    })
+    .await?;
+    out.push(KernelTiming { shape: name.into(), kernel: "lm_head + CE forward".into(), dims: format!("{tokens}x{c}x{}", cfg.vocab), ms, gflops: cflops / ms / 1e6, flops: cflops });
+    let ms = time_it(gpu, 1, || {
+        if let Err(e) = lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse2, &dx, 0.0, 1024) {
+            err = Some(e);
+        }
+    })
+    .await?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    out.push(KernelTiming { shape: name.into(), kernel: "lm_head + CE backward".into(), dims: format!("{tokens}x{c}x{}", cfg.vocab), ms, gflops: 2.0 * cflops / ms / 1e6, flops: 2.0 * cflops });
+    Ok(out)
+}

@@ -207,6 +207,8 @@ async fn run(cli: Cli) -> Result<(), Fail> {
                 let cfg = webtune::config::ModelConfig::preset(name).map_err(input_err)?;
                 let t = webtune::bench::bench_matmuls(&gpu, name, &cfg, tokens, rank, reps).await.map_err(|e| Fail(1, e.to_string()))?;
                 all.extend(t);
+                let t = webtune::bench::bench_ops(&gpu, name, &cfg, tokens, reps).await.map_err(|e| Fail(1, e.to_string()))?;
+                all.extend(t);
             }
             println!("{:<14} {:<34} {:>16} {:>9} {:>9} {:>12}", "shape", "kernel", "M×K×N", "ms", "GFLOP/s", "numpy GFLOP/s");
             for t in &all {
