@@ -438,26 +438,8 @@ pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u
     read_logits(gpu, &out.logits).await
 }
 
-/// SplitMix64: a small seeded generator, the same on every platform.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+/// The sampler's generator (kept under its old name).
+pub use crate::rng::Rng as SplitMix64;
 
 /// The first index of the largest value.
 pub fn argmax(logits: &[f32]) -> usize {

@@ -12,6 +12,7 @@ pub mod grad;
 
 pub mod kernels;
 pub mod model;
+pub mod rng;
 pub mod store;
 pub mod train;
 

@@ -276,23 +276,6 @@ pub struct Adapter {
     pub tensors: BTreeMap<String, HostTensor>,
 }
 
-/// SplitMix64: a small seeded generator for reproducible initialisation.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 impl Adapter {
     /// Read adapter_config.json and adapter_model.safetensors; any of F64, F32,
     /// F16, BF16 becomes f32. Keys are checked against a model by [`Adapter::validate`].
@@ -412,7 +395,7 @@ impl Adapter {
         let mut targets: Vec<Proj> = targets.to_vec();
         targets.sort();
         targets.dedup();
-        let mut rng = SplitMix64(seed);
+        let mut rng = crate::rng::Rng::new(seed);
         let mut tensors = BTreeMap::new();
         for layer in 0..cfg.layers {
             for &p in &targets {
