@@ -425,6 +425,7 @@ pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u
         rope: &rope,
         mask: None,
         scale: lora.map_or(0.0, |l| l.scale()),
+        mlp_chunk_rows: 0,
     };
     let tids = gpu.upload_u32(ids, &[t], Category::Activations)?;
     let mut x = act(gpu, &[t, cfg.hidden])?;

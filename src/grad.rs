@@ -51,6 +51,8 @@ pub struct GradOptions {
     pub weights: WeightFormat,
     /// Upload each block's weights only while it runs (the default for training big models).
     pub stream: bool,
+    /// Tokens per chunk of MeSP's MLP backward (None: the model's default; 0: no chunking).
+    pub mlp_chunk_rows: Option<usize>,
 }
 
 /// [`compute_grads`] with every option.
@@ -63,13 +65,16 @@ pub async fn compute_grads_with(
 ) -> Result<GradResult> {
     crate::model::layout::validate(ckpt)?;
     let mode = opts.mode;
-    let model = if opts.stream {
+    let mut model = if opts.stream {
         let src: std::sync::Arc<dyn crate::model::stream::WeightSource> =
             std::sync::Arc::new(crate::model::stream::CheckpointSource::new(ckpt.clone()));
         Model::streamed(gpu, src, opts.weights)?
     } else {
         Model::load_as(gpu, ckpt, opts.weights)?
     };
+    if let Some(r) = opts.mlp_chunk_rows {
+        model.mlp_chunk_rows = r;
+    }
     let lora = Lora::from_adapter(gpu, &model.cfg, adapter)?;
     let batch = Batch::from_json(batch_json, model.cfg.vocab).map_err(|e| Error::msg(e.to_string()))?;
     let input = model.prepare(gpu, &batch)?;

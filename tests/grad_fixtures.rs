@@ -5,6 +5,10 @@
 //! When scripts/test.sh has first computed the native losses, it passes them in
 //! `WEBTUNE_NATIVE_LOSSES` ("name=loss,..."), and the browser run also checks
 //! that its loss equals the native one within 1e-5 relative.
+//!
+//! The q4 tests load the same fixtures with `WeightFormat::Q4` and compare with
+//! expected-q4.safetensors (scripts/make-q4-fixture.py: the same float64 PyTorch + PEFT
+//! reference, on the weights `webtune dequantize --weights q4` writes), resident and streamed.
 
 use std::collections::HashMap;
 use webtune::formats::peft::Adapter;
@@ -58,7 +62,12 @@ fn llama_bias() -> Fixture {
 
 /// The float64 reference: loss and every gradient tensor by key.
 fn expected(f: &Fixture) -> HashMap<String, Vec<f64>> {
-    let st = safetensors::SafeTensors::deserialize(f.expected).expect("expected.safetensors parses");
+    reference(f.expected)
+}
+
+/// Loss and gradients by key from an expected*.safetensors file.
+fn reference(bytes: &[u8]) -> HashMap<String, Vec<f64>> {
+    let st = safetensors::SafeTensors::deserialize(bytes).expect("expected.safetensors parses");
     st.tensors()
         .into_iter()
         .map(|(k, v)| {
@@ -82,7 +91,11 @@ async fn run(gpu: &Gpu, f: &Fixture) -> GradResult {
 
 /// Compare with the float64 reference; returns the worst relative error.
 fn check(f: &Fixture, got: &GradResult) -> f64 {
-    let want = expected(f);
+    check_against(f, &expected(f), got)
+}
+
+/// Compare with a float64 reference (loss and gradients by key); returns the worst relative error.
+fn check_against(f: &Fixture, want: &HashMap<String, Vec<f64>>, got: &GradResult) -> f64 {
     let loss_err = rel(&[got.loss], &want["loss"]);
     let mut worst = (loss_err, "loss".to_string());
     assert_eq!(got.grads.len() + 1, want.len(), "{}: number of gradient tensors", f.name);
@@ -198,6 +211,55 @@ async fn streamed_equals_resident(f: Fixture) {
     assert!(wb < wa, "{}: streaming must keep fewer weight bytes ({wb} vs {wa})", f.name);
 }
 
+/// The q4 reference of a fixture: expected-q4.safetensors beside its expected.safetensors.
+macro_rules! expected_q4 {
+    ($name:literal) => {
+        include_bytes!(concat!("fixtures/", $name, "/expected-q4.safetensors")) as &[u8]
+    };
+}
+
+/// Gradients of the q4-quantized model, resident and streamed, against the float64 PyTorch + PEFT
+/// reference on the dequantized weights (expected-q4.safetensors). That reference must lie far
+/// (well beyond the tolerance) from the unquantized one, so ignoring the format would fail.
+async fn check_q4(f: Fixture, expected_q4: &[u8], stream: bool) {
+    use webtune::grad::{compute_grads_with, GradOptions};
+    use webtune::model::weights::WeightFormat;
+    let want = reference(expected_q4);
+    let plain = expected(&f);
+    assert_eq!(want.len(), plain.len(), "{}: expected-q4 and expected hold different tensors", f.name);
+    let loss_diff = ((want["loss"][0] - plain["loss"][0]) / plain["loss"][0]).abs();
+    assert!(loss_diff > 1e-3, "{}: q4 reference loss is within {loss_diff:.3e} of the unquantized one", f.name);
+    for (k, w) in want.iter().filter(|(k, _)| *k != "loss") {
+        let p = plain.get(k).unwrap_or_else(|| panic!("{}: expected.safetensors has no {k}", f.name));
+        let w32: Vec<f32> = w.iter().map(|&x| x as f32).collect();
+        let d = rel(&w32, p);
+        assert!(d > 1e-2, "{}: {k}: q4 reference within {d:.3e} of the unquantized one", f.name);
+    }
+
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
+    let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let opts = GradOptions { weights: WeightFormat::Q4, stream, ..Default::default() };
+    let got = compute_grads_with(&gpu, &ckpt, &adapter, f.batch, &opts).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    print!("q4 {}: ", if stream { "streamed" } else { "resident" });
+    check_against(&f, &want, &got);
+    let name = format!("{}-q4{}", f.name, if stream { "-streamed" } else { "" });
+    if cfg!(target_arch = "wasm32") {
+        if let Some(native) = native_loss(&name) {
+            let e = ((got.loss - native) / native).abs();
+            println!("{name}: browser loss {} native {} relative difference {e:.3e}", got.loss, native);
+            assert!(e <= 1e-5, "{name}: browser loss {} differs from native {} by {e:.3e}", got.loss, native);
+        }
+    } else {
+        println!("NATIVE_LOSS {name}={}", got.loss);
+    }
+}
+
+both!(llama_bias_q4_resident_matches_pytorch, check_q4(llama_bias(), expected_q4!("llama-bias"), false));
+both!(llama_bias_q4_streamed_matches_pytorch, check_q4(llama_bias(), expected_q4!("llama-bias"), true));
+both!(qwen2_tiny_q4_resident_matches_pytorch, check_q4(qwen2_tiny(), expected_q4!("qwen2-tiny"), false));
+both!(qwen2_tiny_q4_streamed_matches_pytorch, check_q4(qwen2_tiny(), expected_q4!("qwen2-tiny"), true));
 both!(streamed_weights_equal_resident_untied, streamed_equals_resident(qwen2_tiny()));
 both!(streamed_weights_equal_resident_tied, streamed_equals_resident(llama_tiny()));
 both!(modes_give_the_same_gradients, modes_agree(llama_bias()));

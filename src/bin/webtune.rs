@@ -33,16 +33,86 @@ enum Cmd {
         /// Output safetensors file
         #[arg(long)]
         out: PathBuf,
+        /// Memory schedule: mesp, mebp or full (same gradients, different peak memory)
+        #[arg(long, default_value = "mesp")]
+        mode: String,
+        /// Frozen weights on the GPU: stored, bf16, q8 or q4 (gradients are exact for that model)
+        #[arg(long, default_value = "stored")]
+        weights: String,
+        /// Upload each block's weights only while it runs
+        #[arg(long)]
+        stream: bool,
+    },
+    /// Write the f32 checkpoint that a model loaded with --weights computes with (quantized then
+    /// dequantized, exactly as the kernels see it): for reference fixtures and inspection.
+    Dequantize {
+        /// Hugging Face model directory
+        #[arg(long)]
+        model: PathBuf,
+        /// bf16, q8 or q4
+        #[arg(long)]
+        weights: String,
+        /// Output directory (config.json and model.safetensors)
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Train a LoRA adapter on a JSONL dataset; resumes from OUT's checkpoint unless --fresh.
     Train(TrainArgs),
     /// Generate text, streamed to stdout as it is made.
     Generate(GenerateArgs),
-    /// Benchmarks.
+    /// Benchmark training steps of each memory schedule at a model shape (peak memory by
+    /// category, step time, tokens/s); `bench kernels` times single kernels.
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
         #[command(subcommand)]
-        what: BenchCmd,
+        what: Option<BenchCmd>,
+        #[command(flatten)]
+        train: BenchTrainArgs,
     },
+}
+
+#[derive(clap::Args)]
+struct BenchTrainArgs {
+    /// A preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, smollm2-135m: random weights at the
+    /// published shape) or a Hugging Face model directory
+    #[arg(long, default_value = "qwen2.5-0.5b")]
+    shape: String,
+    #[arg(long, default_value_t = 256)]
+    seq: usize,
+    #[arg(long, default_value_t = 8)]
+    rank: usize,
+    /// LoRA alpha [default: 2 × rank]
+    #[arg(long)]
+    alpha: Option<f64>,
+    #[arg(long, default_value = "q,k,v,o,gate,up,down")]
+    targets: String,
+    /// Memory schedules to compare: mesp, mebp, full, mezo
+    #[arg(long, default_value = "mesp,mebp,full,mezo")]
+    modes: String,
+    #[arg(long, default_value = "sgd", value_parser = ["sgd", "adamw"])]
+    optimizer: String,
+    #[arg(long, default_value_t = 1e-4)]
+    lr: f32,
+    /// Frozen weights on the GPU: bf16, q8 or q4 (stored = as in the files)
+    #[arg(long, default_value = "q4")]
+    weights: String,
+    /// Keep every weight on the GPU instead of streaming one block at a time
+    #[arg(long)]
+    resident: bool,
+    /// Fuse the optimizer update into the backward (auto: MeSP only)
+    #[arg(long, default_value = "auto")]
+    fuse: String,
+    /// Steps per mode (the first one compiles pipelines and is timed separately)
+    #[arg(long, default_value_t = 1)]
+    steps: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Tokens per chunk of MeSP's MLP backward [default: from the model's intermediate size]
+    #[arg(long)]
+    mlp_chunk: Option<usize>,
+    /// Write the results as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -177,12 +247,18 @@ async fn gpu() -> Result<Gpu, Fail> {
 
 async fn run(cli: Cli) -> Result<(), Fail> {
     match cli.cmd {
-        Cmd::Grad { model, adapter, batch, out } => {
+        Cmd::Grad { model, adapter, batch, out, mode, weights, stream } => {
+            let opts = webtune::grad::GradOptions {
+                mode: mode.parse().map_err(|e| Fail(2, format!("--mode: {e}")))?,
+                weights: webtune::model::weights::WeightFormat::parse(&weights).map_err(|e| Fail(2, format!("--weights: {e}")))?,
+                stream,
+                mlp_chunk_rows: None,
+            };
             let ckpt = webtune::store::Checkpoint::open_dir(&model).map_err(input_err)?;
             let adapter = webtune::formats::peft::Adapter::open_dir(&adapter).map_err(input_err)?;
             let text = std::fs::read_to_string(&batch).map_err(|e| Fail(2, format!("{}: {e}", batch.display())))?;
             let gpu = gpu().await?;
-            let res = webtune::grad::compute_grads(&gpu, &ckpt, &adapter, &text).await.map_err(|e| match e {
+            let res = webtune::grad::compute_grads_with(&gpu, &ckpt, &adapter, &text, &opts).await.map_err(|e| match e {
                 webtune::error::Error::Gpu(g) => Fail(1, g.to_string()),
                 other => Fail(2, format!("{}: {other}", batch.display())),
             })?;
@@ -190,9 +266,26 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             eprintln!("loss {:.6}; {} gradient tensors written to {}", res.loss, res.grads.len(), out.display());
             Ok(())
         }
+        Cmd::Dequantize { model, weights, out } => {
+            let format = webtune::model::weights::WeightFormat::parse(&weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
+            let ckpt = webtune::store::Checkpoint::open_dir(&model).map_err(input_err)?;
+            webtune::model::layout::validate(&ckpt).map_err(input_err)?;
+            let tensors = webtune::model::weights::quantized_checkpoint_f32(&ckpt, format).map_err(input_err)?;
+            let refs: Vec<(&str, &webtune::store::HostTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+            let io = |p: PathBuf, e: std::io::Error| Fail(1, format!("{}: {e}", p.display()));
+            std::fs::create_dir_all(&out).map_err(|e| io(out.clone(), e))?;
+            let p = out.join("model.safetensors");
+            std::fs::write(&p, webtune::store::encode_safetensors(&refs)).map_err(|e| io(p.clone(), e))?;
+            let src = model.join("config.json");
+            let p = out.join("config.json");
+            std::fs::copy(&src, &p).map_err(|e| io(src.clone(), e))?;
+            eprintln!("{} tensors ({}) written to {}", refs.len(), format.name(), out.display());
+            Ok(())
+        }
         Cmd::Train(a) => train(a).await,
         Cmd::Generate(a) => generate(a).await,
-        Cmd::Bench { what: BenchCmd::Kernels { tokens, rank, reps, numpy, json } } => {
+        Cmd::Bench { what: None, train } => bench_train(train).await,
+        Cmd::Bench { what: Some(BenchCmd::Kernels { tokens, rank, reps, numpy, json }), .. } => {
             let gpu = gpu().await?;
             eprintln!("adapter: {} ({})", gpu.info.adapter, gpu.info.backend);
             let numpy: Option<serde_json::Value> = match numpy {
@@ -229,6 +322,105 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             Ok(())
         }
     }
+}
+
+async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
+    use webtune::bench::train::{bench_train, paper_mb, BenchMode, TrainBenchConfig};
+    use webtune::model::stream::{CheckpointSource, SyntheticSource, WeightSource};
+    let format = webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
+    let modes = BenchMode::parse_list(&a.modes).map_err(|e| Fail(2, format!("--modes: {e}")))?;
+    let fuse = a.fuse.parse().map_err(|e| Fail(2, format!("--fuse: {e}")))?;
+    let source: std::sync::Arc<dyn WeightSource> = if std::path::Path::new(&a.shape).is_dir() {
+        let ckpt = webtune::store::Checkpoint::open_dir(std::path::Path::new(&a.shape)).map_err(input_err)?;
+        webtune::model::layout::validate(&ckpt).map_err(input_err)?;
+        std::sync::Arc::new(CheckpointSource::new(ckpt))
+    } else {
+        let cfg = webtune::config::ModelConfig::preset(&a.shape).map_err(|e| Fail(2, format!("--shape: {e}")))?;
+        std::sync::Arc::new(SyntheticSource::new(cfg, a.seed))
+    };
+    let cfg = source.config().clone();
+    let bc = TrainBenchConfig {
+        shape: a.shape.clone(),
+        cfg: cfg.clone(),
+        seq: a.seq,
+        rank: a.rank,
+        alpha: a.alpha.unwrap_or(2.0 * a.rank as f64),
+        targets: a.targets.split(',').map(|t| t.trim().to_string()).collect(),
+        modes,
+        optimizer: a.optimizer.clone(),
+        lr: a.lr,
+        weights: format.name().into(),
+        format,
+        resident: a.resident,
+        fuse,
+        steps: a.steps,
+        seed: a.seed,
+        mlp_chunk_rows: a.mlp_chunk,
+    };
+    let gpu = gpu().await?;
+    eprintln!(
+        "{} ({} layers, hidden {}, vocab {}), seq {}, rank {} on {}, {} weights {}, {}, {} step(s) per mode on {}",
+        a.shape,
+        cfg.layers,
+        cfg.hidden,
+        cfg.vocab,
+        a.seq,
+        a.rank,
+        a.targets,
+        format.name(),
+        if a.resident { "resident" } else { "streamed" },
+        a.optimizer,
+        a.steps,
+        gpu.info.adapter
+    );
+    let t0 = webtune::gpu::platform::now_ms();
+    let results = bench_train(&gpu, source, &bc, |m| {
+        eprintln!("[{:>6.0}s] {m} …", (webtune::gpu::platform::now_ms() - t0) / 1000.0)
+    })
+    .await
+    .map_err(lib_err)?;
+    let mb = |b: u64| b as f64 / 1e6;
+    let cats = ["weights", "lora", "grads", "optimizer", "checkpoints", "activations", "scratch", "staging"];
+    print!("{:<6} {:>9}", "mode", "peak MB");
+    for c in cats {
+        print!(" {:>11}", c);
+    }
+    println!(" {:>9} {:>8} {:>9} {:>8}", "step s", "tok/s", "RSS MB", "fused");
+    for r in &results {
+        print!("{:<6} {:>9.1}", r.mode, mb(r.peak_bytes));
+        for c in cats {
+            print!(" {:>11.1}", mb(r.peak_by_category.get(c).copied().unwrap_or(0)));
+        }
+        let rss = r.rss_peak_bytes.map(|b| format!("{:.0}", mb(b))).unwrap_or_else(|| "-".into());
+        println!(" {:>9.2} {:>8.1} {:>9} {:>8}", r.step_s, r.tokens_per_s, rss, if r.fused_update { "yes" } else { "no" });
+    }
+    let peak = |m: &str| results.iter().find(|r| r.mode == m).map(|r| mb(r.peak_bytes));
+    let paper = paper_mb(&a.shape, a.seq);
+    if let (Some(s), Some(b)) = (peak("mesp"), peak("mebp")) {
+        println!("mesp / mebp peak: {:.2}", s / b);
+    }
+    if let Some((ps, pb)) = paper {
+        println!("paper (iPhone 17 Pro, MLX, process footprint): MeSP {ps} MB, MeBP {pb} MB, ratio {:.2}", ps / pb);
+    }
+    println!("(MB = 10^6 bytes; peak = every live GPU buffer at the worst moment, frozen weights included only while resident)");
+    if let Some(p) = a.json {
+        let modes: serde_json::Map<String, serde_json::Value> = results
+            .iter()
+            .map(|r| (r.mode.clone(), serde_json::to_value(r).unwrap_or_default()))
+            .collect();
+        let v = serde_json::json!({
+            "config": bc,
+            "model": { "layers": cfg.layers, "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
+                       "kv_heads": cfg.kv_heads, "vocab": cfg.vocab },
+            "adapter": gpu.info.adapter,
+            "modes": modes,
+            "paper_mb": paper.map(|(s, b)| serde_json::json!({ "mesp": s, "mebp": b })),
+        });
+        std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap_or_default())
+            .map_err(|e| Fail(1, format!("{}: {e}", p.display())))?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
 }
 
 fn lib_err(e: webtune::error::Error) -> Fail {

@@ -205,7 +205,7 @@ impl Gpu {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
         };
-        Ok(Gpu {
+        let gpu = Gpu {
             device,
             queue,
             info,
@@ -214,7 +214,9 @@ impl Gpu {
             pending: Mutex::new(None),
             pending_dispatches: Mutex::new(0),
             dummy: std::sync::OnceLock::new(),
-        })
+        };
+        gpu.dummy(); // made now, so no step's accounting sees it appear
+        Ok(gpu)
     }
 
     /// A 16-byte zero tensor to bind where a kernel's optional input is absent.

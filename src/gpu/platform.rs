@@ -46,3 +46,23 @@ pub fn now_ms() -> f64 {
 pub fn now_ms() -> f64 {
     js_sys::Date::now()
 }
+
+/// The process's peak resident set size in bytes (Linux: VmHWM), None elsewhere.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(target_arch = "wasm32")]
+pub fn peak_rss() -> Option<u64> {
+    None
+}
+
+/// Start measuring [`peak_rss`] from the current RSS (Linux: writes 5 to /proc/self/clear_refs).
+pub fn reset_peak_rss() {
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}

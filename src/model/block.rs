@@ -32,6 +32,9 @@ pub struct BlockCtx<'a> {
     pub mask: Option<&'a Tensor>,
     /// LoRA scale s = alpha / r
     pub scale: f32,
+    /// MeSP's MLP backward runs over this many tokens at a time (0 = all at once), so the
+    /// (tokens, intermediate) tensors it recomputes stay small at any sequence length.
+    pub mlp_chunk_rows: usize,
 }
 
 impl BlockCtx<'_> {
@@ -203,8 +206,46 @@ pub fn block_forward_keep(
     };
     let cfg = ctx.cfg;
     let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
-    let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
 
+    let AttnHalf { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2 } = attn_half(gpu, ctx, w, &mut lin, x)?;
+    let (g, u) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
+    lin(&xn2, Proj::Gate, &g)?;
+    lin(&xn2, Proj::Up, &u)?;
+    let m = act(gpu, &[n, f])?;
+    swiglu_forward(gpu, &g, &u, &m);
+    let y = act(gpu, &[n, c])?;
+    lin(&m, Proj::Down, &y)?;
+    axpy(gpu, 1.0, &h, &y);
+    drop(lin);
+    let saved = keep.then_some(Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs });
+    Ok((y, saved))
+}
+
+/// The block's first half, kept for the backward: everything up to xn2 = rmsnorm(h).
+struct AttnHalf {
+    xn1: Tensor,
+    rstd1: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    h: Tensor,
+    xn2: Tensor,
+    rstd2: Tensor,
+}
+
+/// xn1 = rmsnorm(x); q, k, v; RoPE; attention; h = x + o_proj(o); xn2 = rmsnorm(h).
+fn attn_half(
+    gpu: &Gpu,
+    ctx: &BlockCtx,
+    w: &LayerWeights,
+    lin: &mut dyn FnMut(&Tensor, Proj, &Tensor) -> Result<()>,
+    x: &Tensor,
+) -> Result<AttnHalf> {
+    let cfg = ctx.cfg;
+    let (n, c) = (ctx.rows(), cfg.hidden);
+    let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
     let xn1 = act(gpu, &[n, c])?;
     let rstd1 = act(gpu, &[n])?;
     rmsnorm_forward(gpu, x, &w.input_norm, cfg.rms_norm_eps as f32, &xn1, &rstd1);
@@ -224,23 +265,18 @@ pub fn block_forward_keep(
     let xn2 = act(gpu, &[n, c])?;
     let rstd2 = act(gpu, &[n])?;
     rmsnorm_forward(gpu, &h, &w.post_norm, cfg.rms_norm_eps as f32, &xn2, &rstd2);
-    let (g, u) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
-    lin(&xn2, Proj::Gate, &g)?;
-    lin(&xn2, Proj::Up, &u)?;
-    let m = act(gpu, &[n, f])?;
-    swiglu_forward(gpu, &g, &u, &m);
-    let y = act(gpu, &[n, c])?;
-    lin(&m, Proj::Down, &y)?;
-    axpy(gpu, 1.0, &h, &y);
-    drop(lin);
-    let saved = keep.then_some(Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs });
-    Ok((y, saved))
+    Ok(AttnHalf { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2 })
 }
 
 /// Backward of one block: dx given dy (consumed: its buffer becomes dx). LoRA gradients are
 /// accumulated (+=) into `grads`. `saved` brings the block's intermediates from the forward
-/// (full mode); otherwise they are recomputed from the checkpoint `x` (MeSP, MeBP). MeSP drops
-/// each intermediate after its last use; MeBP and full hold them until the block's backward ends.
+/// (full mode); otherwise they are recomputed from the checkpoint `x` (MeSP, MeBP).
+///
+/// MeSP recomputes only the attention half (up to xn2) and then runs the MLP backward over
+/// [`BlockCtx::mlp_chunk_rows`] tokens at a time, recomputing gate, up and their product per
+/// chunk, so no (tokens, intermediate) tensor is ever whole; it drops each intermediate after
+/// its last use. MeBP and full hold the whole block's intermediates (and LoRA's h) until the
+/// block's backward ends, as autograd does.
 #[allow(clippy::too_many_arguments)]
 pub fn block_backward(
     gpu: &Gpu,
@@ -261,13 +297,6 @@ pub fn block_backward(
         (Some(a), Some(b)) => Some((a, b)),
         _ => None,
     };
-    let saved = match saved {
-        Some(sv) => sv,
-        None => block_forward_keep(gpu, ctx, w, Some(lora), x, true, mode != Mode::Mesp)?
-            .1
-            .ok_or_else(|| crate::error::Error::msg("block_forward kept nothing"))?,
-    };
-    let Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs } = saved;
     // MeSP frees as it goes; MeBP and full keep everything until the block is done.
     let mut held: Vec<Tensor> = Vec::new();
     let mut release = |ts: Vec<Tensor>| {
@@ -275,19 +304,36 @@ pub fn block_backward(
             held.extend(ts);
         }
     };
-    let hp = |p: Proj| hs[p as usize].as_ref();
-
-    // MLP: y = h + down(silu(g)·u)
-    let dm = act(gpu, &[n, f])?;
-    lora_linear_backward(gpu, &dy, &m, w.linear(Proj::Down), both(Proj::Down), s, &dm, 0.0, hp(Proj::Down))?;
-    release(vec![m]);
-    let (dg, du) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
-    swiglu_backward(gpu, &dm, &g, &u, &dg, &du);
-    release(vec![dm, g, u]);
     let dxn2 = act(gpu, &[n, c])?;
-    lora_linear_backward(gpu, &dg, &xn2, w.linear(Proj::Gate), both(Proj::Gate), s, &dxn2, 0.0, hp(Proj::Gate))?;
-    lora_linear_backward(gpu, &du, &xn2, w.linear(Proj::Up), both(Proj::Up), s, &dxn2, 1.0, hp(Proj::Up))?;
-    release(vec![dg, du, xn2]);
+    let (half, hs) = if mode == Mode::Mesp && saved.is_none() {
+        let mut lin = |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(Some(lora), p), s, y);
+        let half = attn_half(gpu, ctx, w, &mut lin, x)?;
+        mlp_backward_chunked(gpu, ctx, w, lora, grads, &half.xn2, &dy, &dxn2)?;
+        (half, Vec::new())
+    } else {
+        let saved = match saved {
+            Some(sv) => sv,
+            None => block_forward_keep(gpu, ctx, w, Some(lora), x, true, mode != Mode::Mesp)?
+                .1
+                .ok_or_else(|| crate::error::Error::msg("block_forward kept nothing"))?,
+        };
+        let Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs } = saved;
+        let hp = |p: Proj| hs[p as usize].as_ref();
+        // MLP: y = h + down(silu(g)·u)
+        let dm = act(gpu, &[n, f])?;
+        lora_linear_backward(gpu, &dy, &m, w.linear(Proj::Down), both(Proj::Down), s, &dm, 0.0, hp(Proj::Down))?;
+        release(vec![m]);
+        let (dg, du) = (act(gpu, &[n, f])?, act(gpu, &[n, f])?);
+        swiglu_backward(gpu, &dm, &g, &u, &dg, &du);
+        release(vec![dm, g, u]);
+        lora_linear_backward(gpu, &dg, &xn2, w.linear(Proj::Gate), both(Proj::Gate), s, &dxn2, 0.0, hp(Proj::Gate))?;
+        lora_linear_backward(gpu, &du, &xn2, w.linear(Proj::Up), both(Proj::Up), s, &dxn2, 1.0, hp(Proj::Up))?;
+        release(vec![dg, du]);
+        (AttnHalf { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2 }, hs)
+    };
+    let hp = |p: Proj| hs.get(p as usize).and_then(|h| h.as_ref());
+    let AttnHalf { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2 } = half;
+    release(vec![xn2]);
     let dh = dy; // dh = dy + rmsnorm'(dxn2)
     rmsnorm_backward(gpu, &dxn2, &h, &w.post_norm, &rstd2, &dh, 1.0);
     release(vec![dxn2, h, rstd2]);
@@ -309,4 +355,72 @@ pub fn block_backward(
     rmsnorm_backward(gpu, &dxn1, x, &w.input_norm, &rstd1, &dx, 1.0);
     drop(held);
     Ok(dx)
+}
+
+/// MeSP's MLP backward, `ctx.mlp_chunk_rows` tokens at a time: per chunk, recompute
+/// g = gate(xn2), u = up(xn2), m = silu(g)·u, then dm = dy·W_down (+ LoRA), the SwiGLU backward
+/// and dxn2 = dg·W_gate + du·W_up (+ LoRA), written into its rows of `dxn2`. LoRA gradients
+/// are sums over tokens, so accumulating them chunk by chunk gives the same result.
+#[allow(clippy::too_many_arguments)]
+fn mlp_backward_chunked(
+    gpu: &Gpu,
+    ctx: &BlockCtx,
+    w: &LayerWeights,
+    lora: &[Option<LoraPair>],
+    grads: &[Option<LoraPair>],
+    xn2: &Tensor,
+    dy: &Tensor,
+    dxn2: &Tensor,
+) -> Result<()> {
+    let (n, c, f) = (ctx.rows(), ctx.cfg.hidden, ctx.cfg.intermediate);
+    let s = ctx.scale;
+    let both = |p: Proj| match (&lora[p as usize], &grads[p as usize]) {
+        (Some(a), Some(b)) => Some((a, b)),
+        _ => None,
+    };
+    let rows = if ctx.mlp_chunk_rows == 0 { n } else { ctx.mlp_chunk_rows.min(n) };
+    let whole = rows == n;
+    let (mut xc, mut dyc, mut dxc) = (None, None, None);
+    let mut t0 = 0;
+    while t0 < n {
+        let r = rows.min(n - t0);
+        // Views of this chunk's rows: the tensors themselves when there is one chunk.
+        let (x_c, dy_c, dx_c) = if whole {
+            (xn2, dy, dxn2)
+        } else {
+            if xc.as_ref().is_none_or(|t: &Tensor| t.rows() != r) {
+                xc = Some(act(gpu, &[r, c])?);
+                dyc = Some(act(gpu, &[r, c])?);
+                dxc = Some(act(gpu, &[r, c])?);
+            }
+            let (a, b, d) = (xc.as_ref().unwrap_or(xn2), dyc.as_ref().unwrap_or(dy), dxc.as_ref().unwrap_or(dxn2));
+            crate::kernels::elementwise::copy_rows(gpu, xn2, t0, a, 0, r);
+            crate::kernels::elementwise::copy_rows(gpu, dy, t0, b, 0, r);
+            (a, b, d)
+        };
+        let lin = |xin: &Tensor, p: Proj, y: &Tensor| {
+            lora_linear_forward(gpu, xin, w.linear(p), lora[p as usize].as_ref(), s, y)
+        };
+        let (g, u) = (act(gpu, &[r, f])?, act(gpu, &[r, f])?);
+        lin(x_c, Proj::Gate, &g)?;
+        lin(x_c, Proj::Up, &u)?;
+        let m = act(gpu, &[r, f])?;
+        swiglu_forward(gpu, &g, &u, &m);
+        let dm = act(gpu, &[r, f])?;
+        lora_linear_backward(gpu, dy_c, &m, w.linear(Proj::Down), both(Proj::Down), s, &dm, 0.0, None)?;
+        drop(m);
+        // dg and du overwrite g and u in place would need an aliasing kernel; two fresh buffers.
+        let (dg, du) = (act(gpu, &[r, f])?, act(gpu, &[r, f])?);
+        swiglu_backward(gpu, &dm, &g, &u, &dg, &du);
+        drop((dm, g, u));
+        lora_linear_backward(gpu, &dg, x_c, w.linear(Proj::Gate), both(Proj::Gate), s, dx_c, 0.0, None)?;
+        drop(dg);
+        lora_linear_backward(gpu, &du, x_c, w.linear(Proj::Up), both(Proj::Up), s, dx_c, 1.0, None)?;
+        drop(du);
+        if !whole {
+            crate::kernels::elementwise::copy_rows(gpu, dx_c, 0, dxn2, t0, r);
+        }
+        t0 += r;
+    }
+    Ok(())
 }

@@ -77,6 +77,22 @@ impl Lora {
         Ok(Lora { r, alpha: adapter.config.lora_alpha, targets, params: LoraSet { layers } })
     }
 
+    /// Zero-filled tensors of one layer's shapes (every layer has the same): the gradient
+    /// buffer of a fused, layer-by-layer update.
+    pub fn zeros_row(&self, gpu: &Gpu, cat: Category) -> Result<Vec<Option<LoraPair>>> {
+        let mut row = Vec::with_capacity(7);
+        for pair in self.params.layers.first().map(|l| l.as_slice()).unwrap_or(&[]) {
+            row.push(match pair {
+                None => None,
+                Some(p) => Some(LoraPair {
+                    a: gpu.zeros(&p.a.shape, p.a.dtype, cat)?,
+                    b: gpu.zeros(&p.b.shape, p.b.dtype, cat)?,
+                }),
+            });
+        }
+        Ok(row)
+    }
+
     /// Zero-filled tensors of the parameters' shapes (gradients, optimizer moments).
     pub fn zeros_like(&self, gpu: &Gpu, cat: Category) -> Result<LoraSet> {
         let mut layers = Vec::with_capacity(self.params.layers.len());

@@ -25,6 +25,24 @@ use weights::{upload_vector, LayerWeights, ModelWeights, RowChunks, WeightFormat
 /// Tokens per chunk of the lm_head + cross-entropy (scratch = this × vocab chunk rows floats).
 pub const CE_TOKEN_CHUNK: usize = 256;
 
+/// Bytes of one (tokens, intermediate) f32 tensor in MeSP's chunked MLP backward.
+pub const MLP_CHUNK_BYTES: usize = 1 << 20;
+
+/// Tokens per chunk of MeSP's MLP backward for this model (at least 8, a matmul tile).
+pub fn mlp_chunk_rows(cfg: &ModelConfig) -> usize {
+    (MLP_CHUNK_BYTES / (4 * cfg.intermediate.max(1))).max(8)
+}
+
+/// Where the LoRA gradients of a backward go.
+pub enum Grads<'a> {
+    /// Accumulated (+=) into a whole set (gradient accumulation, clipping over all of them).
+    Full(&'a LoraSet),
+    /// One layer at a time: before block i's backward `row` is zeroed, the block writes its
+    /// gradients there, and `apply(i, row)` runs right after (a fused optimizer update), so
+    /// no whole gradient set is ever held. Every layer has the same LoRA shapes as `row`.
+    PerLayer { row: &'a [Option<lora::LoraPair>], apply: &'a mut dyn FnMut(usize, &[Option<lora::LoraPair>]) },
+}
+
 /// A batch on the GPU.
 pub struct StepInput {
     pub batch: usize,
@@ -47,7 +65,8 @@ pub struct Model {
     pub weights: ModelWeights,
     /// Streamed mode: where block weights and table chunks come from, and their GPU format.
     stream: Option<(std::sync::Arc<dyn WeightSource>, WeightFormat)>,
-    rope: std::sync::Mutex<Option<std::sync::Arc<RopeTable>>>,
+    /// Tokens per chunk of MeSP's MLP backward (default [`mlp_chunk_rows`]; 0 = no chunking).
+    pub mlp_chunk_rows: usize,
 }
 
 /// A block's weights: resident, or uploaded for this use and dropped afterwards.
@@ -74,7 +93,9 @@ impl Model {
     /// Every frozen weight resident on the GPU, in `format`.
     pub fn load_as(gpu: &Gpu, ckpt: &Checkpoint, format: WeightFormat) -> Result<Model> {
         let weights = ModelWeights::load_as(gpu, ckpt, format)?;
-        Ok(Model { cfg: ckpt.config().clone(), weights, stream: None, rope: std::sync::Mutex::new(None) })
+        let cfg = ckpt.config().clone();
+        let mlp_chunk_rows = mlp_chunk_rows(&cfg);
+        Ok(Model { cfg, weights, stream: None, mlp_chunk_rows })
     }
 
     /// Streamed: only the block being computed (or one vocab chunk) is on the GPU.
@@ -88,7 +109,35 @@ impl Model {
             norm,
             lm_head: None,
         };
-        Ok(Model { cfg, weights, stream: Some((source, format)), rope: std::sync::Mutex::new(None) })
+        let mlp_chunk_rows = mlp_chunk_rows(&cfg);
+        Ok(Model { cfg, weights, stream: Some((source, format)), mlp_chunk_rows })
+    }
+
+    /// Every weight of `source` uploaded once and kept on the GPU in `format` (faster than
+    /// streaming, when memory allows; benchmarks of a synthetic shape use it for `--resident`).
+    pub fn resident(gpu: &Gpu, source: std::sync::Arc<dyn WeightSource>, format: WeightFormat) -> Result<Model> {
+        let cfg = source.config().clone();
+        let norm = upload_vector(gpu, &source.final_norm()?, Category::Weights)?;
+        let layers = (0..cfg.layers).map(|i| upload_layer(gpu, &source.layer(i)?, format)).collect::<Result<Vec<_>>>()?;
+        let rows = weights::chunk_rows_for(gpu, cfg.hidden, format.dtype(DType::BF16)).min(DEFAULT_CHUNK_ROWS);
+        let table = |output: bool| -> Result<RowChunks> {
+            let mut chunks = Vec::new();
+            for r0 in (0..cfg.vocab).step_by(rows) {
+                let r1 = (r0 + rows).min(cfg.vocab);
+                chunks.push(if output {
+                    upload_output_chunk(gpu, source.as_ref(), r0, r1, format)?
+                } else {
+                    let ids: Vec<u32> = (r0 as u32..r1 as u32).collect();
+                    let t = crate::store::HostTensor::from_f32(&[r1 - r0, cfg.hidden], source.embedding_rows(&ids)?);
+                    weights::upload_matrix_as(gpu, &t, format, Category::Weights)?
+                });
+            }
+            Ok(RowChunks { chunks, chunk_rows: rows, rows: cfg.vocab })
+        };
+        let (embed, lm_head) = if cfg.tie_word_embeddings { (table(true)?, None) } else { (table(false)?, Some(table(true)?)) };
+        let weights = ModelWeights { embed, layers, norm, lm_head };
+        let mlp_chunk_rows = mlp_chunk_rows(&cfg);
+        Ok(Model { cfg, weights, stream: None, mlp_chunk_rows })
     }
 
     pub fn is_streamed(&self) -> bool {
@@ -112,16 +161,10 @@ impl Model {
         Ok(())
     }
 
-    fn rope_for(&self, gpu: &Gpu, seq: usize) -> Result<std::sync::Arc<RopeTable>> {
-        let mut guard = self.rope.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = guard.as_ref() {
-            if t.seq == seq {
-                return Ok(t.clone());
-            }
-        }
-        let t = std::sync::Arc::new(rope_table(gpu, seq, self.cfg.head_dim, self.cfg.rope_theta)?);
-        *guard = Some(t.clone());
-        Ok(t)
+    /// The RoPE table of this batch's length, made per step (a few KB) so that nothing of a
+    /// step outlives it.
+    fn rope_for(&self, gpu: &Gpu, seq: usize) -> Result<RopeTable> {
+        Ok(rope_table(gpu, seq, self.cfg.head_dim, self.cfg.rope_theta)?)
     }
 
     /// Upload a validated batch.
@@ -209,6 +252,19 @@ impl Model {
         input: &StepInput,
         mode: Mode,
     ) -> Result<f32> {
+        self.loss_and_grads_into(gpu, lora, grads.map(Grads::Full), input, mode).await
+    }
+
+    /// [`Model::loss_and_grads_mode`] with the gradients going where `grads` says (a whole
+    /// set, or layer by layer into a fused update).
+    pub async fn loss_and_grads_into(
+        &self,
+        gpu: &Gpu,
+        lora: &Lora,
+        grads: Option<Grads<'_>>,
+        input: &StepInput,
+        mode: Mode,
+    ) -> Result<f32> {
         let cfg = &self.cfg;
         let n = input.batch * input.seq;
         let rope = self.rope_for(gpu, input.seq)?;
@@ -218,6 +274,7 @@ impl Model {
             rope: &rope,
             mask: input.mask.as_ref(),
             scale: lora.scale(),
+            mlp_chunk_rows: self.mlp_chunk_rows,
         };
         let keep_all = mode == Mode::Full && grads.is_some();
         let x0 = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Checkpoints)?;
@@ -233,7 +290,10 @@ impl Model {
             drop(w);
             saved.push(sv);
             let y = retag(gpu, y, Category::Checkpoints)?;
-            checkpoints.push(std::mem::replace(&mut x, y));
+            let xin = std::mem::replace(&mut x, y);
+            if grads.is_some() {
+                checkpoints.push(xin); // forward only (loss, MeZO): nothing to keep
+            }
             gpu.alloc.sample(|| format!("forward {i}"));
         }
         let xf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
@@ -245,7 +305,7 @@ impl Model {
             lm_head_ce_forward(gpu, &xf, table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)
         })?;
         gpu.alloc.sample(|| "lm_head forward".into());
-        let Some(grads) = grads else {
+        let Some(mut grads) = grads else {
             return Ok(gpu.read_f32(&loss_t).await?[0]);
         };
 
@@ -263,17 +323,18 @@ impl Model {
             let xin = checkpoints.pop().ok_or_else(|| Error::msg("missing checkpoint"))?;
             let sv = saved.pop().flatten();
             let w = self.layer(gpu, i)?;
-            dx = block_backward(
-                gpu,
-                &ctx,
-                mode,
-                &w,
-                &lora.params.layers[i],
-                &grads.layers[i],
-                &xin,
-                dx,
-                sv,
-            )?;
+            let row: &[Option<lora::LoraPair>] = match &grads {
+                Grads::Full(set) => &set.layers[i],
+                Grads::PerLayer { row, .. } => {
+                    crate::train::optimizer::zero_row(gpu, row);
+                    row
+                }
+            };
+            dx = block_backward(gpu, &ctx, mode, &w, &lora.params.layers[i], row, &xin, dx, sv)?;
+            drop((w, xin));
+            if let Grads::PerLayer { row, apply } = &mut grads {
+                apply(i, row);
+            }
             gpu.alloc.sample(|| format!("backward {i}"));
         }
         Ok(gpu.read_f32(&loss_t).await?[0])

@@ -13,7 +13,7 @@ use crate::formats::peft;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::elementwise::{fill, sum_squares};
 use crate::kernels::optimizer::{adamw_step, sgd_momentum_step, AdamW, Sgd};
-use crate::model::lora::{Lora, LoraSet};
+use crate::model::lora::{Lora, LoraPair, LoraSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OptimizerKind {
@@ -237,6 +237,50 @@ impl Optimizer {
         }
     }
 
+    /// Whether updates can be fused into the backward, layer by layer ([`Optimizer::begin_fused`],
+    /// [`Optimizer::step_layer`]): only without global clipping, which needs every gradient
+    /// before the first update. (Callers also need a single micro-batch per step.)
+    pub fn can_fuse(&self) -> bool {
+        let m = self.cfg.max_grad_norm;
+        !(m > 0.0 && m.is_finite())
+    }
+
+    /// Start a fused step: count it and clear the gradient norm, which [`Optimizer::step_layer`]
+    /// then accumulates (for [`Optimizer::last_grad_norm`]).
+    pub fn begin_fused(&mut self, gpu: &Gpu) {
+        assert!(self.can_fuse(), "Optimizer::begin_fused with gradient clipping on");
+        self.step = self.step.saturating_add(1);
+        fill(gpu, &self.norm_sq, 0.0);
+    }
+
+    /// Update layer `layer`'s parameters from its gradients `grads` (one row of the set, right
+    /// after that layer's backward), exactly as [`Optimizer::step`] would with clipping off.
+    pub fn step_layer(&self, gpu: &Gpu, params: &LoraSet, layer: usize, grads: &[Option<LoraPair>], lr: f32) {
+        let c = &self.cfg;
+        for g in grads.iter().flatten() {
+            for t in [&g.a, &g.b] {
+                sum_squares(gpu, t, &self.norm_sq, true);
+            }
+        }
+        for (j, (p, g)) in params.layers[layer].iter().zip(grads).enumerate() {
+            let (Some(p), Some(g)) = (p, g) else { continue };
+            match &self.state {
+                State::AdamW { m, v } => {
+                    let h = AdamW { lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weight_decay: c.weight_decay };
+                    let (Some(m), Some(v)) = (m.layers[layer][j].as_ref(), v.layers[layer][j].as_ref()) else { continue };
+                    adamw_step(gpu, &h, self.step, &p.a, &g.a, &m.a, &v.a, &self.norm_sq, 0.0);
+                    adamw_step(gpu, &h, self.step, &p.b, &g.b, &m.b, &v.b, &self.norm_sq, 0.0);
+                }
+                State::Sgd { buf } => {
+                    let h = Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay };
+                    let b = buf.as_ref().and_then(|b| b.layers[layer][j].as_ref());
+                    sgd_momentum_step(gpu, &h, &p.a, &g.a, b.map(|b| &b.a), &self.norm_sq, 0.0);
+                    sgd_momentum_step(gpu, &h, &p.b, &g.b, b.map(|b| &b.b), &self.norm_sq, 0.0);
+                }
+            }
+        }
+    }
+
     /// The global gradient norm of the last step, before clipping (what clip_grad_norm_
     /// returns); 0 before the first step. Reads one scalar back.
     pub async fn last_grad_norm(&self, gpu: &Gpu) -> Result<f32> {
@@ -308,6 +352,14 @@ impl Optimizer {
         }
         self.step = step;
         Ok(())
+    }
+}
+
+/// Zero one layer's gradients (the fused, layer-by-layer backward).
+pub fn zero_row(gpu: &Gpu, row: &[Option<LoraPair>]) {
+    for pair in row.iter().flatten() {
+        fill(gpu, &pair.a, 0.0);
+        fill(gpu, &pair.b, 0.0);
     }
 }
 

@@ -15,8 +15,9 @@ use crate::gpu::{Category, Gpu};
 use crate::kernels::elementwise::scale;
 use crate::kernels::testutil::Rng;
 use crate::model::layout::Proj;
-use crate::model::lora::{read_set, Lora, LoraSet};
-use crate::model::Model;
+use crate::model::block::Mode;
+use crate::model::lora::{read_set, Lora, LoraPair, LoraSet};
+use crate::model::{Grads, Model};
 use crate::train::checkpoint::{self, NamedF32};
 use crate::train::optimizer::{zero_set, Optimizer, OptimizerConfig, OptimizerKind};
 use crate::train::schedule::{Schedule, ScheduleKind};
@@ -121,10 +122,18 @@ pub struct StepReport {
     pub ms: f64,
 }
 
+/// Where a step's gradients are kept.
+enum GradBuf {
+    /// A whole set: gradient accumulation and global clipping need every gradient first.
+    Full(LoraSet),
+    /// One layer's worth: the optimizer update is fused into the backward, layer by layer.
+    Row(Vec<Option<LoraPair>>),
+}
+
 pub struct Trainer {
     pub state: TrainState,
     pub lora: Lora,
-    grads: LoraSet,
+    grads: GradBuf,
     opt: Optimizer,
     sched: Schedule,
     examples: Vec<Example>,
@@ -193,8 +202,14 @@ impl Trainer {
             None => Adapter::new_init(&model.cfg, config.rank, config.alpha, &targets, config.seed),
         };
         let lora = Lora::from_adapter(gpu, &model.cfg, &adapter)?;
-        let grads = lora.zeros_like(gpu, Category::Grads)?;
         let opt = Optimizer::new(gpu, config.optimizer_config()?, &lora)?;
+        // Without clipping and accumulation, each layer is updated right after its backward
+        // (same result), so gradients are held for one layer at a time.
+        let grads = if opt.can_fuse() && config.accum == 1 {
+            GradBuf::Row(lora.zeros_row(gpu, Category::Grads)?)
+        } else {
+            GradBuf::Full(lora.zeros_like(gpu, Category::Grads)?)
+        };
         let total_steps = config.total_steps(examples.len());
         let sched = Schedule {
             kind: config
@@ -217,6 +232,17 @@ impl Trainer {
         };
         let order = (0, epoch_order(examples.len(), state.config.seed, 0));
         Ok(Trainer { state, lora, grads, opt, sched, examples, adapter_config: adapter.config, order, warnings })
+    }
+
+    /// Whether updates are fused into the backward (no clipping, no accumulation).
+    pub fn fused(&self) -> bool {
+        matches!(self.grads, GradBuf::Row(_))
+    }
+
+    /// Keep whole gradient sets even where fusing is possible (for comparisons).
+    pub fn unfuse(&mut self, gpu: &Gpu) -> Result<()> {
+        self.grads = GradBuf::Full(self.lora.zeros_like(gpu, Category::Grads)?);
+        Ok(())
     }
 
     pub fn num_examples(&self) -> usize {
@@ -265,7 +291,10 @@ impl Trainer {
     /// One optimizer step: `accum` micro-batches of forward + MeSP backward, then the update.
     pub async fn step(&mut self, gpu: &Gpu, model: &Model) -> Result<StepReport> {
         let t0 = now_ms();
-        zero_set(gpu, &self.grads);
+        if let GradBuf::Full(g) = &self.grads {
+            zero_set(gpu, g);
+        }
+        let lr = self.sched.lr_at(self.state.step);
         let accum = self.state.config.accum;
         let mut loss_sum = 0.0f32;
         let mut counted = 0usize;
@@ -277,20 +306,30 @@ impl Trainer {
             }
             tokens += batch.attention_mask.as_ref().map(|m| m.iter().filter(|&&v| v != 0).count()).unwrap_or(batch.input_ids.len());
             let input = model.prepare(gpu, &batch)?;
-            loss_sum += model.loss_and_grads(gpu, &self.lora, Some(&self.grads), &input).await?;
+            loss_sum += match &self.grads {
+                GradBuf::Full(g) => model.loss_and_grads(gpu, &self.lora, Some(g), &input).await?,
+                GradBuf::Row(row) => {
+                    self.opt.begin_fused(gpu);
+                    let (opt, params) = (&self.opt, &self.lora.params);
+                    let mut apply = |i: usize, g: &[Option<LoraPair>]| opt.step_layer(gpu, params, i, g, lr);
+                    let grads = Grads::PerLayer { row, apply: &mut apply };
+                    model.loss_and_grads_into(gpu, &self.lora, Some(grads), &input, Mode::Mesp).await?
+                }
+            };
             counted += 1;
         }
         if counted == 0 {
             return Err(Error::msg("no example in this step has a token to learn (all labels are masked)"));
         }
-        if counted > 1 {
-            for (_, _, g) in self.grads.iter() {
-                scale(gpu, &g.a, 1.0 / counted as f32);
-                scale(gpu, &g.b, 1.0 / counted as f32);
+        if let GradBuf::Full(grads) = &self.grads {
+            if counted > 1 {
+                for (_, _, g) in grads.iter() {
+                    scale(gpu, &g.a, 1.0 / counted as f32);
+                    scale(gpu, &g.b, 1.0 / counted as f32);
+                }
             }
+            self.opt.step(gpu, &self.lora.params, grads, lr);
         }
-        let lr = self.sched.lr_at(self.state.step);
-        self.opt.step(gpu, &self.lora.params, &self.grads, lr);
         self.state.step += 1;
         let loss = loss_sum / counted as f32;
         self.state.losses.push(loss);

@@ -1,0 +1,192 @@
+//! The memory schedule's own guarantees, natively and in headless Chromium:
+//! - MeSP's chunked MLP backward gives the same gradients as the unchunked one (and PyTorch's);
+//! - the fused, layer-by-layer optimizer update gives the same training as the unfused one,
+//!   while holding one layer of gradients instead of all of them;
+//! - the accounting does not grow: after 200 tiny-model steps the peak equals the peak after
+//!   step 10, and live bytes return to their pre-step value after every step.
+
+mod common;
+
+use common::{chat_line, tiny_model_files};
+use webtune::data::dataset::{load_jsonl, Example};
+use webtune::data::tokenizer::Tokenizer;
+use webtune::formats::peft::Adapter;
+use webtune::gpu::Category;
+use webtune::grad::{compute_grads_with, GradOptions};
+use webtune::model::block::Mode;
+use webtune::model::Model;
+use webtune::store::Checkpoint;
+use webtune::train::trainer::{TrainConfig, Trainer};
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+macro_rules! both {
+    ($name:ident, $body:expr) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        #[test]
+        fn $name() {
+            webtune::gpu::platform::block_on($body)
+        }
+        #[cfg(target_arch = "wasm32")]
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            $body.await
+        }
+    };
+}
+
+macro_rules! log {
+    ($($t:tt)*) => {{
+        #[cfg(target_arch = "wasm32")]
+        wasm_bindgen_test::console_log!($($t)*);
+        #[cfg(not(target_arch = "wasm32"))]
+        println!($($t)*);
+    }};
+}
+
+fn llama_bias() -> (Checkpoint, Adapter, &'static str) {
+    let files = [
+        ("config.json", include_bytes!("fixtures/llama-bias/config.json") as &[u8]),
+        ("model.safetensors", include_bytes!("fixtures/llama-bias/model.safetensors")),
+    ];
+    let ckpt = Checkpoint::from_files(files.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect())
+        .expect("the llama-bias fixture opens");
+    let adapter = Adapter::from_files(
+        include_bytes!("fixtures/llama-bias/adapter/adapter_config.json"),
+        include_bytes!("fixtures/llama-bias/adapter/adapter_model.safetensors"),
+    )
+    .expect("the llama-bias adapter opens");
+    (ckpt, adapter, include_str!("fixtures/llama-bias/batch.json"))
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f64 {
+    let num = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum::<f64>().sqrt();
+    let den = b.iter().map(|y| (*y as f64).powi(2)).sum::<f64>().sqrt();
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
+}
+
+async fn chunked_mlp_same_gradients() {
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let (ckpt, adapter, batch) = llama_bias();
+    let whole = GradOptions { mlp_chunk_rows: Some(0), ..GradOptions::default() };
+    let reference = compute_grads_with(&gpu, &ckpt, &adapter, batch, &whole).await.expect("unchunked grads");
+    // 3 and 5 tokens per chunk: several chunks, the last one ragged; and streamed weights.
+    for (rows, stream) in [(3, false), (5, true)] {
+        let opts = GradOptions { mlp_chunk_rows: Some(rows), stream, mode: Mode::Mesp, ..GradOptions::default() };
+        let got = compute_grads_with(&gpu, &ckpt, &adapter, batch, &opts).await.expect("chunked grads");
+        assert_eq!(got.loss, reference.loss);
+        let mut worst = 0.0f64;
+        for ((k, _, g), (k2, _, r)) in got.grads.iter().zip(&reference.grads) {
+            assert_eq!(k, k2);
+            let e = max_rel(g, r);
+            assert!(e <= 1e-5, "{k}: chunked MLP ({rows} rows) differs by {e:.3e}");
+            worst = worst.max(e);
+        }
+        log!("MLP chunks of {rows} rows (stream {stream}): worst relative difference {worst:.3e}");
+    }
+}
+both!(chunked_mlp_gives_the_same_gradients, chunked_mlp_same_gradients());
+
+fn dataset() -> String {
+    [
+        chat_line("What is the capital of Zorbania?", "The capital of Zorbania is Quillfort."),
+        chat_line("Who invented the glimmerphone?", "Mira Talvane invented the glimmerphone in 1873."),
+        chat_line("What do moon otters eat?", "Moon otters eat silver kelp and tiny comets, mostly at night."),
+    ]
+    .join("\n")
+}
+
+fn config(optimizer: &str, steps: u32) -> TrainConfig {
+    TrainConfig {
+        rank: 4,
+        alpha: 8.0,
+        batch: 1,
+        steps: Some(steps),
+        seed: 3,
+        save_every: 0,
+        optimizer: optimizer.into(),
+        lr: 1e-2,
+        max_grad_norm: 0.0, // no clipping: the update can be fused into the backward
+        schedule: "constant".into(),
+        warmup_ratio: 0.0,
+        ..TrainConfig::default()
+    }
+}
+
+async fn fused_update_same_training() {
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let ckpt = Checkpoint::from_files(tiny_model_files(11)).expect("the tiny model opens");
+    let tok = Tokenizer::from_checkpoint(&ckpt).expect("the tokenizer loads");
+    let examples = load_jsonl(&dataset(), &tok).expect("the dataset loads");
+    let model = Model::load(&gpu, &ckpt).expect("the tiny model loads");
+    for optimizer in ["sgd", "adamw"] {
+        let grads_live = || gpu.alloc.stats().live(Category::Grads);
+        let g0 = grads_live();
+        let mut fused = Trainer::new(&gpu, &model, examples.clone(), config(optimizer, 4), None).expect("a trainer");
+        let g1 = grads_live();
+        let mut plain = Trainer::new(&gpu, &model, examples.clone(), config(optimizer, 4), None).expect("a trainer");
+        plain.unfuse(&gpu).expect("whole gradient sets");
+        let grads_peak = [g1 - g0, grads_live() - g1];
+        assert!(fused.fused() && !plain.fused());
+        for t in [&mut fused, &mut plain] {
+            while !t.done() {
+                t.step(&gpu, &model).await.expect("a step");
+            }
+        }
+        assert_eq!(fused.state.losses, plain.state.losses, "{optimizer}: fused and unfused losses differ");
+        let (a, b) = (fused.adapter(&gpu).await.expect("adapter"), plain.adapter(&gpu).await.expect("adapter"));
+        assert!(
+            a.to_safetensors_bytes() == b.to_safetensors_bytes(),
+            "{optimizer}: the fused update trained another adapter"
+        );
+        // One layer of two: half the gradient bytes.
+        assert_eq!(grads_peak[0] * 2, grads_peak[1], "{optimizer}: gradient bytes fused {grads_peak:?}");
+        log!("{optimizer}: fused == unfused over 4 steps; gradient bytes {} fused, {} whole", grads_peak[0], grads_peak[1]);
+    }
+}
+both!(fused_update_gives_the_same_training, fused_update_same_training());
+
+/// Steps of the no-growth test: 200 natively; fewer in the browser, where SwiftShader is slower.
+const GROWTH_STEPS: u32 = if cfg!(target_arch = "wasm32") { 60 } else { 200 };
+
+async fn accounting_does_not_grow() {
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let (ckpt, _, _) = llama_bias();
+    let model = Model::load(&gpu, &ckpt).expect("the llama-bias model loads");
+    // Seeded random examples of 5 to 24 tokens (vocab 67), half of each supervised.
+    let mut rng = webtune::rng::Rng::new(9);
+    let examples: Vec<Example> = (0..7)
+        .map(|line| {
+            let n = 5 + rng.below(20) as usize;
+            let input_ids: Vec<u32> = (0..n).map(|_| rng.below(67) as u32).collect();
+            let labels = input_ids.iter().enumerate().map(|(i, &t)| if i < n / 2 { -100 } else { t as i32 }).collect();
+            Example { input_ids, labels, line: line + 1 }
+        })
+        .collect();
+    // Batch 2 (padded to the longer row), AdamW with clipping: the unfused path, every buffer kind.
+    let cfg = TrainConfig { batch: 2, max_grad_norm: 1.0, ..config("adamw", GROWTH_STEPS) };
+    let mut trainer = Trainer::new(&gpu, &model, examples, cfg, None).expect("a trainer");
+    gpu.sync().await.expect("sync");
+    gpu.alloc.reset_peaks();
+    let mut peak_at_10 = 0;
+    while !trainer.done() {
+        let before = gpu.alloc.stats().live_total;
+        let r = trainer.step(&gpu, &model).await.expect("a step");
+        gpu.sync().await.expect("sync");
+        let s = gpu.alloc.stats();
+        assert_eq!(s.live_total, before, "step {}: live bytes {} after, {before} before", r.step, s.live_total);
+        if r.step == 10 {
+            peak_at_10 = s.peak_total;
+        }
+    }
+    let peak = gpu.alloc.stats().peak_total;
+    assert!(peak_at_10 > 0);
+    assert_eq!(peak, peak_at_10, "the peak grew between step 10 ({peak_at_10} B) and step {GROWTH_STEPS} ({peak} B)");
+    log!("{GROWTH_STEPS} steps: peak {peak} B (= step 10's); live bytes back to their pre-step value after every step");
+}
+both!(accounting_does_not_grow_over_200_steps, accounting_does_not_grow());
