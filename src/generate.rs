@@ -165,6 +165,14 @@ fn check_lora(model: &Model, lora: &Lora) -> Result<()> {
     Ok(())
 }
 
+/// Generation reads resident weights (a streamed model would upload every block per token).
+fn check_model(model: &Model) -> Result<()> {
+    if model.is_streamed() {
+        return Err(Error::msg("generate: the model is streamed; generation needs its weights resident (load it with Model::load)"));
+    }
+    Ok(())
+}
+
 fn check_ids(cfg: &ModelConfig, ids: &[u32]) -> Result<()> {
     if ids.is_empty() {
         return Err(Error::msg("generate: no input tokens"));
@@ -341,6 +349,7 @@ impl<'a> Decoder<'a> {
     /// Record the forward of `ids`; returns the (1, V) logits tensor (not yet read; the next
     /// call overwrites it).
     pub fn encode(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Tensor> {
+        check_model(self.model)?;
         check_ids(&self.model.cfg, ids)?;
         let (p0, n) = (self.cache.len, ids.len());
         if p0 + n > self.cache.max_seq {
@@ -413,6 +422,7 @@ impl<'a> Decoder<'a> {
 /// [`block_forward`] over the whole sequence (batch 1, no padding), then the last row's logits.
 pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u32]) -> Result<Vec<f32>> {
     let cfg = &model.cfg;
+    check_model(model)?;
     check_ids(cfg, ids)?;
     if let Some(l) = lora {
         check_lora(model, l)?;
@@ -506,6 +516,7 @@ pub async fn generate(
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<Vec<u32>> {
     opts.validate()?;
+    check_model(model)?;
     check_ids(&model.cfg, prompt)?;
     if opts.max_new_tokens == 0 {
         return Ok(Vec::new());

@@ -98,6 +98,8 @@ pub struct TrainBenchConfig {
     #[serde(skip)]
     pub format: WeightFormat,
     pub resident: bool,
+    /// Streamed: keep blocks converted to their GPU layout on the host (see `Model::streamed`).
+    pub host_cache: bool,
     pub fuse: Fuse,
     pub steps: usize,
     pub seed: u64,
@@ -125,6 +127,8 @@ pub struct ModeResult {
     /// Peak resident set of the whole process during this mode (native Linux only; with a
     /// CPU Vulkan driver like lavapipe it includes the GPU buffers).
     pub rss_peak_bytes: Option<u64>,
+    /// Host bytes of the streamed model's GPU-layout cache (the whole model once warm).
+    pub host_cache_bytes: usize,
     /// One sample per phase of the last step.
     pub timeline: Vec<Sample>,
 }
@@ -177,8 +181,10 @@ pub async fn bench_train(
         crate::gpu::platform::reset_peak_rss();
         let mut model = if bc.resident {
             Model::resident(gpu, source.clone(), bc.format)?
-        } else {
+        } else if bc.host_cache {
             Model::streamed(gpu, source.clone(), bc.format)?
+        } else {
+            Model::streamed_uncached(gpu, source.clone(), bc.format)?
         };
         if let Some(r) = bc.mlp_chunk_rows {
             model.mlp_chunk_rows = r;
@@ -252,6 +258,7 @@ pub async fn bench_train(
             losses,
             fused_update: fused,
             rss_peak_bytes: crate::gpu::platform::peak_rss(),
+            host_cache_bytes: model.prepared_bytes(),
             timeline,
         });
         drop((input, lora, opt, model));

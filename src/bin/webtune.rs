@@ -99,6 +99,9 @@ struct BenchTrainArgs {
     /// Keep every weight on the GPU instead of streaming one block at a time
     #[arg(long)]
     resident: bool,
+    /// Streamed: convert each block on every upload instead of keeping it converted on the host
+    #[arg(long)]
+    uncached: bool,
     /// Fuse the optimizer update into the backward (auto: MeSP only)
     #[arg(long, default_value = "auto")]
     fuse: String,
@@ -170,6 +173,12 @@ struct TrainArgs {
     /// Ignore an existing checkpoint in --out and start over
     #[arg(long)]
     fresh: bool,
+    /// Frozen weights on the GPU: stored (as in the files), bf16, q8 or q4
+    #[arg(long, default_value = "stored")]
+    weights: String,
+    /// Keep every frozen weight on the GPU (faster) instead of uploading one block at a time
+    #[arg(long)]
+    resident: bool,
 }
 
 #[derive(clap::Args)]
@@ -352,6 +361,7 @@ async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
         weights: format.name().into(),
         format,
         resident: a.resident,
+        host_cache: !a.uncached,
         fuse,
         steps: a.steps,
         seed: a.seed,
@@ -403,6 +413,21 @@ async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
         println!("paper (iPhone 17 Pro, MLX, process footprint): MeSP {ps} MB, MeBP {pb} MB, ratio {:.2}", ps / pb);
     }
     println!("(MB = 10^6 bytes; peak = every live GPU buffer at the worst moment, frozen weights included only while resident)");
+    for r in &results {
+        // Seconds of the last step by kind of phase (the timeline's first sample closes the
+        // previous step's last phase).
+        let mut sums: Vec<(&str, f64)> = Vec::new();
+        for w in r.timeline.windows(2) {
+            let kind = w[1].phase.split(' ').next().unwrap_or("");
+            let kind = if w[1].phase.starts_with("lm_head") { w[1].phase.as_str() } else { kind };
+            match sums.iter_mut().find(|(k, _)| *k == kind) {
+                Some(e) => e.1 += (w[1].t_ms - w[0].t_ms) / 1000.0,
+                None => sums.push((kind, (w[1].t_ms - w[0].t_ms) / 1000.0)),
+            }
+        }
+        let parts: Vec<String> = sums.iter().map(|(k, s)| format!("{k} {s:.1}")).collect();
+        println!("{}: seconds by phase (last step): {}", r.mode, parts.join(", "));
+    }
     if let Some(p) = a.json {
         let modes: serde_json::Map<String, serde_json::Value> = results
             .iter()
@@ -486,8 +511,14 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
         schedule: a.schedule.clone(),
         warmup_ratio: a.warmup_ratio,
     };
+    let format = webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
     let gpu = gpu().await?;
-    let model = webtune::model::Model::load(&gpu, &ckpt).map_err(lib_err)?;
+    let model = if a.resident {
+        webtune::model::Model::load_as(&gpu, &ckpt, format).map_err(lib_err)?
+    } else {
+        let src = std::sync::Arc::new(webtune::model::stream::CheckpointSource::new(ckpt.clone()));
+        webtune::model::Model::streamed(&gpu, src, format).map_err(lib_err)?
+    };
     let ckpt_path = a.out.join(CHECKPOINT_FILE);
     let mut trainer = if !a.fresh && ckpt_path.exists() {
         let bytes = std::fs::read(&ckpt_path).map_err(|e| Fail(1, format!("{}: {e}", ckpt_path.display())))?;

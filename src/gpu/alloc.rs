@@ -71,6 +71,9 @@ pub struct MemoryStats {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Sample {
     pub phase: String,
+    /// Milliseconds since the timeline started, when the phase was recorded (the model waits
+    /// for the GPU at every phase, so this is when its work ended).
+    pub t_ms: f64,
     pub live_total: u64,
     pub peak_total: u64,
     /// Bytes per category at the phase's peak, by [`Category::name`].
@@ -91,6 +94,8 @@ impl MemoryStats {
 pub struct Allocator {
     stats: Arc<Mutex<MemoryStats>>,
     timeline: Arc<Mutex<Option<Vec<Sample>>>>,
+    /// When the timeline started (ms, [`crate::gpu::platform::now_ms`]).
+    t0: Arc<Mutex<f64>>,
 }
 
 impl Allocator {
@@ -109,6 +114,9 @@ impl Allocator {
         if let Ok(mut t) = self.timeline.lock() {
             *t = on.then(Vec::new);
         }
+        if let Ok(mut t0) = self.t0.lock() {
+            *t0 = crate::gpu::platform::now_ms();
+        }
         if let Ok(mut s) = self.stats.lock() {
             s.interval_peak_total = s.live_total;
             s.interval_peak = s.live;
@@ -120,7 +128,8 @@ impl Allocator {
         let Some(list) = t.as_mut() else { return };
         if let Ok(mut s) = self.stats.lock() {
             let peak_by_category = Category::ALL.iter().map(|c| (c.name(), s.interval_peak[c.index()])).collect();
-            list.push(Sample { phase: phase(), live_total: s.live_total, peak_total: s.interval_peak_total, peak_by_category });
+            let t_ms = crate::gpu::platform::now_ms() - self.t0.lock().map(|t| *t).unwrap_or(0.0);
+            list.push(Sample { phase: phase(), t_ms, live_total: s.live_total, peak_total: s.interval_peak_total, peak_by_category });
             s.interval_peak_total = s.live_total;
             s.interval_peak = s.live;
         }

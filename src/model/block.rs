@@ -221,6 +221,71 @@ pub fn block_forward_keep(
     Ok((y, saved))
 }
 
+/// y = block(x) keeping nothing: each intermediate is dropped after its last use and the MLP
+/// runs over `ctx.mlp_chunk_rows` tokens at a time (0 = all at once), so the forward of a
+/// checkpointed step never holds a whole (tokens, intermediate) tensor. Same values as
+/// [`block_forward`] (every kernel computes a row the same way whatever the row count).
+pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: LoraRow, x: &Tensor) -> Result<Tensor> {
+    let cfg = ctx.cfg;
+    let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
+    let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+    let eps = cfg.rms_norm_eps as f32;
+    let lin = |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(lora, p), ctx.scale, y);
+    let (q, k, v) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
+    {
+        let xn1 = act(gpu, &[n, c])?;
+        let rstd1 = act(gpu, &[n])?;
+        rmsnorm_forward(gpu, x, &w.input_norm, eps, &xn1, &rstd1);
+        lin(&xn1, Proj::Q, &q)?;
+        lin(&xn1, Proj::K, &k)?;
+        lin(&xn1, Proj::V, &v)?;
+    }
+    rope_forward(gpu, &q, cfg.heads, ctx.rope);
+    rope_forward(gpu, &k, cfg.kv_heads, ctx.rope);
+    let o = act(gpu, &[n, qd])?;
+    {
+        let lse = gpu.zeros(&[ctx.attn.batch * cfg.heads * ctx.attn.seq], DType::F32, Category::Activations)?;
+        attention_forward(gpu, &ctx.attn, &q, &k, &v, ctx.mask, &o, &lse);
+    }
+    drop((q, k, v));
+    let h = act(gpu, &[n, c])?;
+    lin(&o, Proj::O, &h)?;
+    drop(o);
+    axpy(gpu, 1.0, x, &h);
+    let y = act(gpu, &[n, c])?;
+    let rows = if ctx.mlp_chunk_rows == 0 { n } else { ctx.mlp_chunk_rows.min(n) };
+    let mut t0 = 0;
+    while t0 < n {
+        let r = rows.min(n - t0);
+        let (h_c, y_c) = if r == n {
+            (None, None)
+        } else {
+            let (hc, yc) = (act(gpu, &[r, c])?, act(gpu, &[r, c])?);
+            crate::kernels::elementwise::copy_rows(gpu, &h, t0, &hc, 0, r);
+            (Some(hc), Some(yc))
+        };
+        let (h_c, y_c) = (h_c.as_ref().unwrap_or(&h), y_c.as_ref().unwrap_or(&y));
+        let m = act(gpu, &[r, f])?;
+        {
+            let xn2 = act(gpu, &[r, c])?;
+            let rstd2 = act(gpu, &[r])?;
+            rmsnorm_forward(gpu, h_c, &w.post_norm, eps, &xn2, &rstd2);
+            let (g, u) = (act(gpu, &[r, f])?, act(gpu, &[r, f])?);
+            lin(&xn2, Proj::Gate, &g)?;
+            lin(&xn2, Proj::Up, &u)?;
+            swiglu_forward(gpu, &g, &u, &m);
+        }
+        lin(&m, Proj::Down, y_c)?;
+        drop(m);
+        axpy(gpu, 1.0, h_c, y_c);
+        if r != n {
+            crate::kernels::elementwise::copy_rows(gpu, y_c, 0, &y, t0, r);
+        }
+        t0 += r;
+    }
+    Ok(y)
+}
+
 /// The block's first half, kept for the backward: everything up to xn2 = rmsnorm(h).
 struct AttnHalf {
     xn1: Tensor,

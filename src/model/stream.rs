@@ -11,7 +11,9 @@ use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{Category, Gpu, Tensor};
 use crate::model::layout::{self, Proj};
-use crate::model::weights::{upload_matrix_as, upload_vector, LayerWeights, Linear, WeightFormat};
+use crate::model::weights::{
+    prepare_matrix, upload_matrix_as, upload_prepared, upload_vector, LayerWeights, Linear, PreparedMatrix, WeightFormat,
+};
 use crate::store::{Checkpoint, HostData, HostTensor};
 
 /// The host tensors of one decoder layer.
@@ -35,6 +37,47 @@ pub trait WeightSource: Send + Sync {
     fn embedding_rows(&self, ids: &[u32]) -> Result<Vec<f32>>;
     /// Rows r0..r1 of the output table (lm_head, or the embedding when tied), (r1 − r0, C).
     fn output_rows(&self, r0: usize, r1: usize) -> Result<HostTensor>;
+}
+
+/// One layer in its GPU layout on the host: what a streamed model uploads per block.
+pub struct PreparedLayer {
+    pub input_norm: HostTensor,
+    pub post_norm: HostTensor,
+    pub proj: Vec<(PreparedMatrix, Option<HostTensor>)>,
+}
+
+impl PreparedLayer {
+    pub fn new(host: LayerHost, format: WeightFormat) -> PreparedLayer {
+        PreparedLayer {
+            proj: host.proj.into_iter().map(|(w, b)| (prepare_matrix(&w, format), b)).collect(),
+            input_norm: host.input_norm,
+            post_norm: host.post_norm,
+        }
+    }
+
+    /// Host bytes held.
+    pub fn bytes(&self) -> usize {
+        let v = |t: &HostTensor| t.numel() * 4;
+        v(&self.input_norm) + v(&self.post_norm) + self.proj.iter().map(|(w, b)| w.bytes.len() + b.as_ref().map_or(0, v)).sum::<usize>()
+    }
+
+    pub fn upload(&self, gpu: &Gpu) -> Result<LayerWeights> {
+        let mut proj = Vec::with_capacity(7);
+        for (w, b) in &self.proj {
+            proj.push(Linear {
+                w: upload_prepared(gpu, w, Category::Weights)?,
+                b: match b {
+                    Some(b) => Some(upload_vector(gpu, b, Category::Weights)?),
+                    None => None,
+                },
+            });
+        }
+        Ok(LayerWeights {
+            input_norm: upload_vector(gpu, &self.input_norm, Category::Weights)?,
+            post_norm: upload_vector(gpu, &self.post_norm, Category::Weights)?,
+            proj,
+        })
+    }
 }
 
 /// Upload one layer in `format` (norms and biases as f32).
@@ -145,6 +188,10 @@ impl WeightSource for CheckpointSource {
     }
 }
 
+/// Embedding entries are uniform in ±this: small, like trained tables, so the tied output
+/// logits of the random model stay O(1) and its loss near ln(vocab).
+const EMBED_SCALE: f32 = 0.05;
+
 /// A model with random bf16 weights at a real shape, generated on demand from a seed (each
 /// tensor, and each embedding row, from its own stream): benchmarks need no download and no
 /// host memory for the whole model.
@@ -195,7 +242,7 @@ impl WeightSource for SyntheticSource {
     fn embedding_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(ids.len() * self.cfg.hidden);
         for &id in ids {
-            out.extend(self.random(1 << 40 | id as u64, &[self.cfg.hidden], 1.0, 0.0).to_f32());
+            out.extend(self.random(1 << 40 | id as u64, &[self.cfg.hidden], EMBED_SCALE, 0.0).to_f32());
         }
         Ok(out)
     }
@@ -204,7 +251,7 @@ impl WeightSource for SyntheticSource {
         let c = self.cfg.hidden;
         let mut bits = Vec::with_capacity((r1 - r0) * c);
         for r in r0..r1 {
-            bits.extend(self.bits(1 << 40 | r as u64, c, 1.0, 0.0));
+            bits.extend(self.bits(1 << 40 | r as u64, c, EMBED_SCALE, 0.0));
         }
         Ok(HostTensor { shape: vec![r1 - r0, c], data: HostData::BF16(bits) })
     }

@@ -127,15 +127,57 @@ fn upload_rows(
     format: WeightFormat,
     cat: Category,
 ) -> Result<Tensor> {
+    upload_prepared(gpu, &prepare_rows(t, r0, r1, shape, format), cat)
+}
+
+/// A matrix already in its GPU layout on the host (packed 16-bit rows, or quantized words):
+/// uploading it is a copy. Streamed models keep their blocks like this, so that a block's
+/// upload costs no conversion.
+pub struct PreparedMatrix {
+    pub bytes: Vec<u8>,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+/// Convert a (rows, cols) matrix to `format`'s GPU layout.
+pub fn prepare_matrix(t: &HostTensor, format: WeightFormat) -> PreparedMatrix {
+    let cols = t.shape.last().copied().unwrap_or(1);
+    let rows = t.numel().checked_div(cols).unwrap_or(0);
+    prepare_rows(t, 0, rows, &t.shape, format)
+}
+
+fn prepare_rows(t: &HostTensor, r0: usize, r1: usize, shape: &[usize], format: WeightFormat) -> PreparedMatrix {
     let cols = t.shape.last().copied().unwrap_or(1);
     let range = r0 * cols..r1 * cols;
     let dtype = format.dtype(t.dtype());
-    Ok(match (&t.data, dtype) {
-        (HostData::F32(v), DType::F32) => gpu.upload_f32(&v[range], shape, cat)?,
-        (HostData::BF16(b), DType::BF16) => gpu.upload_u16_rows(&b[range], shape, DType::BF16, cat)?,
-        (HostData::F16(b), DType::F16) => gpu.upload_u16_rows(&b[range], shape, DType::F16, cat)?,
-        _ => gpu.upload_f32_as(&rows_f32(t, range), shape, dtype, cat)?,
-    })
+    let u16_rows = |bits: &[u16]| -> Vec<u8> {
+        if cols % 2 == 0 {
+            return bytemuck::cast_slice(bits).to_vec();
+        }
+        let mut padded = Vec::with_capacity(bits.len() + bits.len() / cols.max(1));
+        for row in bits.chunks(cols.max(1)) {
+            padded.extend_from_slice(row);
+            padded.push(0);
+        }
+        bytemuck::cast_slice(&padded).to_vec()
+    };
+    let bytes = match (&t.data, dtype) {
+        (HostData::F32(v), DType::F32) => bytemuck::cast_slice(&v[range]).to_vec(),
+        (HostData::BF16(b), DType::BF16) | (HostData::F16(b), DType::F16) => u16_rows(&b[range]),
+        (_, DType::F32) => bytemuck::cast_slice(&rows_f32(t, range)).to_vec(),
+        (_, DType::BF16) => u16_rows(&rows_f32(t, range).iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect::<Vec<_>>()),
+        (_, DType::F16) => u16_rows(&rows_f32(t, range).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect::<Vec<_>>()),
+        (_, q @ (DType::Q8 | DType::Q4)) => {
+            let words = quant::quantize(&rows_f32(t, range), r1 - r0, cols, q);
+            bytemuck::cast_slice(&words).to_vec()
+        }
+    };
+    PreparedMatrix { bytes, shape: shape.to_vec(), dtype }
+}
+
+/// Upload a prepared matrix.
+pub fn upload_prepared(gpu: &Gpu, m: &PreparedMatrix, cat: Category) -> Result<Tensor> {
+    Ok(gpu.upload_bytes(&m.bytes, &m.shape, m.dtype, cat)?)
 }
 
 /// Elements `range` of `t` widened to f32.
