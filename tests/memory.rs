@@ -188,5 +188,55 @@ async fn accounting_does_not_grow() {
     assert!(peak_at_10 > 0);
     assert_eq!(peak, peak_at_10, "the peak grew between step 10 ({peak_at_10} B) and step {GROWTH_STEPS} ({peak} B)");
     log!("{GROWTH_STEPS} steps: peak {peak} B (= step 10's); live bytes back to their pre-step value after every step");
+    if let Some(w) = webtune::gpu::platform::wasm_memory_bytes() {
+        log!("wasm memory after {GROWTH_STEPS} steps: {w} B");
+    }
 }
 both!(accounting_does_not_grow_over_200_steps, accounting_does_not_grow());
+
+/// `webtune bench` on a small random shape, every mode: the schedules order as they should
+/// (MeZO ≤ MeSP < MeBP < full), MeSP holds one layer of gradients, and every result is filled in.
+async fn bench_orders_the_schedules() {
+    use std::sync::Arc;
+    use webtune::bench::train::{bench_train, BenchMode, Fuse, TrainBenchConfig};
+    use webtune::model::stream::SyntheticSource;
+    use webtune::model::weights::WeightFormat;
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let mut cfg = webtune::config::ModelConfig::from_json(&common::tiny_config_json()).expect("tiny config");
+    cfg.vocab = 512;
+    cfg.layers = 3;
+    let bc = TrainBenchConfig {
+        shape: "tiny".into(),
+        cfg: cfg.clone(),
+        seq: 48,
+        rank: 4,
+        alpha: 8.0,
+        targets: ["q", "k", "v", "o", "gate", "up", "down"].map(String::from).to_vec(),
+        modes: BenchMode::parse_list("mesp,mebp,full,mezo").expect("modes"),
+        optimizer: "sgd".into(),
+        lr: 1e-3,
+        weights: "q4".into(),
+        format: WeightFormat::Q4,
+        resident: false,
+        host_cache: true,
+        fuse: Fuse::Auto,
+        steps: 2,
+        seed: 1,
+        mlp_chunk_rows: Some(16),
+    };
+    let res = bench_train(&gpu, Arc::new(SyntheticSource::new(cfg.clone(), 1)), &bc, |_| {}).await.expect("bench runs");
+    let peak = |m: &str| res.iter().find(|r| r.mode == m).map(|r| r.peak_bytes).expect("mode ran");
+    for r in &res {
+        log!("{}: peak {} B {:?}", r.mode, r.peak_bytes, r.peak_by_category);
+        assert_eq!(r.losses.len(), 2);
+        assert!(r.losses.iter().all(|l| l.is_finite() && *l > 0.0), "{}: losses {:?}", r.mode, r.losses);
+        assert!(!r.timeline.is_empty() && r.step_s > 0.0 && r.tokens_per_s > 0.0);
+        assert_eq!(r.peak_by_category.values().sum::<u64>(), r.peak_bytes, "{}: the split adds up", r.mode);
+        assert_eq!(r.fused_update, r.mode == "mesp");
+    }
+    assert!(peak("mezo") <= peak("mesp") && peak("mesp") < peak("mebp") && peak("mebp") < peak("full"), "{res:?}");
+    let mesp = &res[0];
+    let mebp = &res[1];
+    assert_eq!(mesp.peak_by_category["grads"] * cfg.layers as u64, mebp.peak_by_category["grads"], "one layer of gradients");
+}
+both!(bench_orders_the_schedules_by_memory, bench_orders_the_schedules());

@@ -127,6 +127,8 @@ pub struct ModeResult {
     /// Peak resident set of the whole process during this mode (native Linux only; with a
     /// CPU Vulkan driver like lavapipe it includes the GPU buffers).
     pub rss_peak_bytes: Option<u64>,
+    /// In the browser: the wasm memory size after this mode (it never shrinks).
+    pub wasm_memory_bytes: Option<u64>,
     /// Host bytes of the streamed model's GPU-layout cache (the whole model once warm).
     pub host_cache_bytes: usize,
     /// One sample per phase of the last step.
@@ -259,6 +261,7 @@ pub async fn bench_train(
             fused_update: fused,
             rss_peak_bytes: crate::gpu::platform::peak_rss(),
             host_cache_bytes: model.prepared_bytes(),
+            wasm_memory_bytes: crate::gpu::platform::wasm_memory_bytes(),
             timeline,
         });
         drop((input, lora, opt, model));

@@ -43,6 +43,21 @@ enum Cmd {
         #[arg(long)]
         stream: bool,
     },
+    /// How well MeZO's forward-only estimate points along the true gradient: for each seed, the
+    /// cosine between g·z (SPSA) and the exact gradient of one batch.
+    MezoCosine {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        adapter: PathBuf,
+        /// Batch JSON, as for `grad`
+        #[arg(long)]
+        batch: PathBuf,
+        #[arg(long, default_value_t = 8)]
+        seeds: u64,
+        #[arg(long, default_value_t = 1e-3)]
+        eps: f32,
+    },
     /// Write the f32 checkpoint that a model loaded with --weights computes with (quantized then
     /// dequantized, exactly as the kernels see it): for reference fixtures and inspection.
     Dequantize {
@@ -137,8 +152,12 @@ struct TrainArgs {
     epochs: Option<f32>,
     #[arg(long, default_value_t = 1e-3)]
     lr: f32,
-    #[arg(long, default_value = "adamw", value_parser = ["adamw", "sgd"])]
+    /// adamw, sgd, or mezo (forward passes only; try --lr 1e-5)
+    #[arg(long, default_value = "adamw", value_parser = ["adamw", "sgd", "mezo"])]
     optimizer: String,
+    /// MeZO's perturbation scale
+    #[arg(long, default_value_t = 1e-3)]
+    mezo_eps: f32,
     #[arg(long, default_value_t = 16)]
     rank: usize,
     /// LoRA alpha [default: 2 × rank]
@@ -273,6 +292,34 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             })?;
             std::fs::write(&out, res.to_safetensors()).map_err(|e| Fail(1, format!("{}: {e}", out.display())))?;
             eprintln!("loss {:.6}; {} gradient tensors written to {}", res.loss, res.grads.len(), out.display());
+            Ok(())
+        }
+        Cmd::MezoCosine { model, adapter, batch, seeds, eps } => {
+            let ckpt = webtune::store::Checkpoint::open_dir(&model).map_err(input_err)?;
+            webtune::model::layout::validate(&ckpt).map_err(input_err)?;
+            let adapter = webtune::formats::peft::Adapter::open_dir(&adapter).map_err(input_err)?;
+            let text = std::fs::read_to_string(&batch).map_err(|e| Fail(2, format!("{}: {e}", batch.display())))?;
+            let gpu = gpu().await?;
+            let m = webtune::model::Model::load(&gpu, &ckpt).map_err(lib_err)?;
+            let lora = webtune::model::lora::Lora::from_adapter(&gpu, &m.cfg, &adapter).map_err(lib_err)?;
+            let b = webtune::formats::batch::Batch::from_json(&text, m.cfg.vocab)
+                .map_err(|e| Fail(2, format!("{}: {e}", batch.display())))?;
+            let input = m.prepare(&gpu, &b).map_err(lib_err)?;
+            let seed_list: Vec<u64> = (1..=seeds).collect();
+            let cos = webtune::train::mezo::mezo_gradient_cosine(&gpu, &m, &lora, &input, eps, &seed_list)
+                .await
+                .map_err(lib_err)?;
+            let d: usize = lora.params.iter().map(|(_, _, p)| p.a.numel() + p.b.numel()).sum();
+            for (s, c) in seed_list.iter().zip(&cos) {
+                println!("seed {s}: cosine {c:+.3e}");
+            }
+            let mean = cos.iter().map(|&c| c as f64).sum::<f64>() / cos.len().max(1) as f64;
+            let mean_abs = cos.iter().map(|&c| (c as f64).abs()).sum::<f64>() / cos.len().max(1) as f64;
+            println!(
+                "mean cosine {mean:+.3e}, mean |cosine| {mean_abs:.3e} over {} seeds; d = {d} parameters, sqrt(2/(pi d)) = {:.3e}",
+                cos.len(),
+                (2.0 / (std::f64::consts::PI * d as f64)).sqrt()
+            );
             Ok(())
         }
         Cmd::Dequantize { model, weights, out } => {
@@ -505,6 +552,7 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
         seed: a.seed,
         save_every: a.save_every,
         optimizer: a.optimizer.clone(),
+        mezo_eps: a.mezo_eps,
         lr: a.lr,
         weight_decay: a.weight_decay,
         max_grad_norm: a.max_grad_norm,

@@ -66,3 +66,15 @@ pub fn reset_peak_rss() {
     #[cfg(not(target_arch = "wasm32"))]
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
+
+/// Bytes of the wasm linear memory (it only grows; the browser's analogue of a peak RSS),
+/// None natively.
+#[cfg(target_arch = "wasm32")]
+pub fn wasm_memory_bytes() -> Option<u64> {
+    Some(core::arch::wasm32::memory_size(0) as u64 * 65536)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+pub fn wasm_memory_bytes() -> Option<u64> {
+    None
+}

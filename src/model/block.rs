@@ -253,7 +253,7 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
     drop(o);
     axpy(gpu, 1.0, x, &h);
     let y = act(gpu, &[n, c])?;
-    let rows = if ctx.mlp_chunk_rows == 0 { n } else { ctx.mlp_chunk_rows.min(n) };
+    let rows = balanced_chunk_rows(n, ctx.mlp_chunk_rows);
     let mut t0 = 0;
     while t0 < n {
         let r = rows.min(n - t0);
@@ -284,6 +284,22 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
         t0 += r;
     }
     Ok(y)
+}
+
+/// Rows per chunk when `n` rows are split into chunks of at most `max` (0 = one chunk): as few
+/// chunks as that allows, of equal size rounded up to a multiple of 8 (a matmul tile), so no
+/// chunk is a thin remainder.
+fn balanced_chunk_rows(n: usize, max: usize) -> usize {
+    if max == 0 || max >= n {
+        return n.max(1);
+    }
+    let rows = n.div_ceil(n.div_ceil(max));
+    let tiled = rows.div_ceil(8) * 8;
+    if tiled <= max {
+        tiled
+    } else {
+        rows
+    }
 }
 
 /// The block's first half, kept for the backward: everything up to xn2 = rmsnorm(h).
@@ -443,7 +459,7 @@ fn mlp_backward_chunked(
         (Some(a), Some(b)) => Some((a, b)),
         _ => None,
     };
-    let rows = if ctx.mlp_chunk_rows == 0 { n } else { ctx.mlp_chunk_rows.min(n) };
+    let rows = balanced_chunk_rows(n, ctx.mlp_chunk_rows);
     let whole = rows == n;
     let (mut xc, mut dyc, mut dxc) = (None, None, None);
     let mut t0 = 0;

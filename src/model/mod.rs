@@ -25,10 +25,11 @@ use weights::{upload_vector, LayerWeights, ModelWeights, RowChunks, WeightFormat
 /// Tokens per chunk of the lm_head + cross-entropy (scratch = this × vocab chunk rows floats).
 pub const CE_TOKEN_CHUNK: usize = 256;
 
-/// Bytes of one (tokens, intermediate) f32 tensor in MeSP's chunked MLP backward.
-pub const MLP_CHUNK_BYTES: usize = 1 << 20;
+/// Most bytes of one (tokens, intermediate) f32 tensor in MeSP's chunked MLP.
+pub const MLP_CHUNK_BYTES: usize = 2 << 20;
 
-/// Tokens per chunk of MeSP's MLP backward for this model (at least 8, a matmul tile).
+/// Most tokens per chunk of MeSP's MLP for this model (at least 8, a matmul tile); the
+/// tokens are split into equal chunks of at most this many.
 pub fn mlp_chunk_rows(cfg: &ModelConfig) -> usize {
     (MLP_CHUNK_BYTES / (4 * cfg.intermediate.max(1))).max(8)
 }

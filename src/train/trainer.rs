@@ -19,6 +19,7 @@ use crate::model::block::Mode;
 use crate::model::lora::{read_set, Lora, LoraPair, LoraSet};
 use crate::model::{Grads, Model};
 use crate::train::checkpoint::{self, NamedF32};
+use crate::train::mezo::{mezo_step, MezoConfig};
 use crate::train::optimizer::{zero_set, Optimizer, OptimizerConfig, OptimizerKind};
 use crate::train::schedule::{Schedule, ScheduleKind};
 use serde::{Deserialize, Serialize};
@@ -42,8 +43,11 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Save a checkpoint every N steps (0 = only at the end).
     pub save_every: u32,
-    /// "adamw" or "sgd"
+    /// "adamw", "sgd", or "mezo" (forward passes only: SPSA along a seeded perturbation)
     pub optimizer: String,
+    /// MeZO's perturbation scale ε.
+    #[serde(default = "default_mezo_eps")]
+    pub mezo_eps: f32,
     pub lr: f32,
     pub weight_decay: f32,
     pub max_grad_norm: f32,
@@ -51,6 +55,10 @@ pub struct TrainConfig {
     pub schedule: String,
     /// Fraction of steps spent in linear warmup.
     pub warmup_ratio: f32,
+}
+
+fn default_mezo_eps() -> f32 {
+    1e-3
 }
 
 impl Default for TrainConfig {
@@ -67,6 +75,7 @@ impl Default for TrainConfig {
             seed: 0,
             save_every: 50,
             optimizer: "adamw".into(),
+            mezo_eps: default_mezo_eps(),
             lr: 1e-3,
             weight_decay: 0.0,
             max_grad_norm: 1.0,
@@ -80,9 +89,19 @@ impl TrainConfig {
     pub fn target_projs(&self) -> Result<Vec<Proj>> {
         Proj::parse_list(&self.targets.join(",")).map_err(|e| Error::msg(format!("--targets: {e}")))
     }
+    /// Whether this run is MeZO (forward passes only).
+    pub fn is_mezo(&self) -> bool {
+        self.optimizer.eq_ignore_ascii_case("mezo")
+    }
     fn optimizer_config(&self) -> Result<OptimizerConfig> {
-        let kind: OptimizerKind =
-            self.optimizer.parse().map_err(|_| Error::msg(format!("--optimizer: unknown optimizer {:?} (adamw or sgd)", self.optimizer)))?;
+        if self.is_mezo() {
+            // MeZO updates the parameters itself; the optimizer object stays unused and stateless.
+            return Ok(OptimizerConfig { kind: OptimizerKind::Sgd, lr: self.lr, max_grad_norm: 0.0, ..OptimizerConfig::default() });
+        }
+        let kind: OptimizerKind = self
+            .optimizer
+            .parse()
+            .map_err(|_| Error::msg(format!("--optimizer: unknown optimizer {:?} (adamw, sgd or mezo)", self.optimizer)))?;
         Ok(OptimizerConfig { kind, lr: self.lr, weight_decay: self.weight_decay, max_grad_norm: self.max_grad_norm, ..OptimizerConfig::default() })
     }
     /// Total optimizer steps for a dataset of `n` examples.
@@ -128,6 +147,8 @@ enum GradBuf {
     Full(LoraSet),
     /// One layer's worth: the optimizer update is fused into the backward, layer by layer.
     Row(Vec<Option<LoraPair>>),
+    /// MeZO: no gradients at all.
+    None,
 }
 
 pub struct Trainer {
@@ -205,7 +226,15 @@ impl Trainer {
         let opt = Optimizer::new(gpu, config.optimizer_config()?, &lora)?;
         // Without clipping and accumulation, each layer is updated right after its backward
         // (same result), so gradients are held for one layer at a time.
-        let grads = if opt.can_fuse() && config.accum == 1 {
+        if config.is_mezo() {
+            MezoConfig { eps: config.mezo_eps, lr: config.lr }.validate()?;
+            if config.accum != 1 {
+                return Err(Error::msg("--optimizer mezo: gradient accumulation (--accum) is not supported"));
+            }
+        }
+        let grads = if config.is_mezo() {
+            GradBuf::None
+        } else if opt.can_fuse() && config.accum == 1 {
             GradBuf::Row(lora.zeros_row(gpu, Category::Grads)?)
         } else {
             GradBuf::Full(lora.zeros_like(gpu, Category::Grads)?)
@@ -307,6 +336,13 @@ impl Trainer {
             tokens += batch.attention_mask.as_ref().map(|m| m.iter().filter(|&&v| v != 0).count()).unwrap_or(batch.input_ids.len());
             let input = model.prepare(gpu, &batch)?;
             loss_sum += match &self.grads {
+                GradBuf::None => {
+                    let mz = MezoConfig { eps: self.state.config.mezo_eps, lr };
+                    // One perturbation per step, regenerated from (seed, step).
+                    let seed = self.state.config.seed.wrapping_mul(0x9e3779b97f4a7c15) ^ self.state.step as u64;
+                    let (plus, minus, _) = mezo_step(gpu, model, &self.lora, &input, &mz, seed).await?;
+                    0.5 * (plus + minus)
+                }
                 GradBuf::Full(g) => model.loss_and_grads(gpu, &self.lora, Some(g), &input).await?,
                 GradBuf::Row(row) => {
                     self.opt.begin_fused(gpu);

@@ -1,0 +1,499 @@
+//! GGUF, llama.cpp's model format: a parser for GGUF v2/v3 (header, metadata of every value type,
+//! tensor infos), the dequantizers of [`quants`], and the conversion of a llama or qwen2 GGUF into
+//! a Hugging Face checkpoint ([`gguf_to_hf_files`], [`import_gguf_to_dir`]).
+//!
+//! The parser reads from any `Read + Seek`: header, metadata and tensor infos first, then each
+//! tensor's bytes on demand, so a large file is never read whole. Every count and length in the
+//! file is checked against the bytes left before anything is allocated, and a malformed file is
+//! refused with a [`GgufError`] naming the field or tensor and the offending value.
+//!
+//! Layout (all little-endian): magic "GGUF", version u32, tensor count u64, metadata count u64;
+//! metadata as (key string, value type u32, value); tensor infos as (name string, n_dims u32,
+//! ne u64 × n_dims innermost first, type u32, offset u64); then, aligned to `general.alignment`
+//! (default 32), the tensor data, each tensor at its offset from there. A string is a u64 length
+//! and UTF-8 bytes; an array is an element type u32, a count u64 and the elements.
+
+mod hf;
+mod quants;
+mod tokenizer;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use hf::import_gguf_to_dir;
+pub use hf::{gguf_to_hf_files, ImportSummary};
+pub use quants::{dequantize, GgmlType};
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+
+/// Why a GGUF was refused; every message names the field, key or tensor and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    /// The file is not well-formed GGUF.
+    #[error("GGUF: {0}")]
+    Invalid(String),
+    /// Well-formed, but not something the importer handles (a tensor type, an architecture, ...).
+    #[error("GGUF: {0}")]
+    Unsupported(String),
+    #[error("GGUF: {what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+pub(crate) fn invalid(msg: impl Into<String>) -> GgufError {
+    GgufError::Invalid(msg.into())
+}
+
+pub(crate) fn unsupported(msg: impl Into<String>) -> GgufError {
+    GgufError::Unsupported(msg.into())
+}
+
+type Result<T, E = GgufError> = std::result::Result<T, E>;
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+/// GGML_MAX_DIMS
+const MAX_DIMS: u32 = 4;
+/// Arrays nested deeper than this are refused (the recursion would otherwise follow the file).
+const MAX_ARRAY_DEPTH: usize = 4;
+/// Metadata values in all, array elements included: 4 Mi values bound the metadata's memory to
+/// ~128 MiB; the largest tokenizers (262k tokens, scores, types and merges) need under 1.1 Mi.
+const MAX_VALUES: u64 = 1 << 22;
+
+/// One metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    String(String),
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// A non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v.into()),
+            Value::U16(v) => Some(v.into()),
+            Value::U32(v) => Some(v.into()),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// An integer of any width as i64 (u64 above i64::MAX is `None`).
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::I8(v) => Some(v.into()),
+            Value::I16(v) => Some(v.into()),
+            Value::I32(v) => Some(v.into()),
+            Value::I64(v) => Some(v),
+            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
+        }
+    }
+
+    /// An f32 (widened exactly) or f64.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v.into()),
+            Value::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The GGUF name of the value's type, for messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::U8(_) => "uint8",
+            Value::I8(_) => "int8",
+            Value::U16(_) => "uint16",
+            Value::I16(_) => "int16",
+            Value::U32(_) => "uint32",
+            Value::I32(_) => "int32",
+            Value::U64(_) => "uint64",
+            Value::I64(_) => "int64",
+            Value::F32(_) => "float32",
+            Value::F64(_) => "float64",
+            Value::Bool(_) => "bool",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+        }
+    }
+}
+
+/// Where one tensor lies and how it is stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ne: dimensions innermost first, as GGUF lists them (a PyTorch (out, in) weight is [in, out]).
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+    /// Absolute byte offset of the data in the file.
+    pub offset: u64,
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    /// The shape in PyTorch order (outermost first).
+    pub fn shape(&self) -> Vec<usize> {
+        self.dims.iter().rev().map(|&d| d as usize).collect()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product::<u64>() as usize
+    }
+}
+
+/// A parsed GGUF: header, metadata and tensor infos (no tensor data).
+#[derive(Clone, Debug)]
+pub struct Gguf {
+    pub version: u32,
+    pub metadata: BTreeMap<String, Value>,
+    /// In file order.
+    pub tensors: Vec<TensorInfo>,
+    pub alignment: u64,
+    /// Absolute offset of the tensor data section.
+    pub data_offset: u64,
+    pub file_len: u64,
+}
+
+/// A reader that knows how many bytes are left, so every length can be checked before use.
+struct Src<'r, R> {
+    r: &'r mut R,
+    pos: u64,
+    len: u64,
+    /// Metadata values read so far (against [`MAX_VALUES`]).
+    values: u64,
+}
+
+impl<R: Read> Src<'_, R> {
+    fn left(&self) -> u64 {
+        self.len - self.pos
+    }
+
+    fn bytes<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
+        if self.left() < N as u64 {
+            return Err(invalid(format!("{}: the file ends at byte {} (truncated)", what(), self.len)));
+        }
+        let mut b = [0u8; N];
+        self.r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
+        self.pos += N as u64;
+        Ok(b)
+    }
+
+    fn u32(&mut self, what: &dyn Fn() -> String) -> Result<u32> {
+        self.bytes(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &dyn Fn() -> String) -> Result<u64> {
+        self.bytes(what).map(u64::from_le_bytes)
+    }
+
+    /// Check that `count` items of at least `min_size` bytes each can fit in what is left.
+    fn check_count(&self, count: u64, min_size: u64, what: &dyn Fn() -> String) -> Result<()> {
+        if count.saturating_mul(min_size) > self.left() {
+            return Err(invalid(format!(
+                "{}: {count} is impossible: {count} × at least {min_size} bytes is more than the {} bytes left \
+                 in the file",
+                what(),
+                self.left()
+            )));
+        }
+        Ok(())
+    }
+
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+        let n = self.u64(&|| format!("{}: string length", what()))?;
+        if n > self.left() {
+            return Err(invalid(format!(
+                "{}: string length {n} is more than the {} bytes left in the file",
+                what(),
+                self.left()
+            )));
+        }
+        let mut b = vec![0u8; n as usize];
+        self.r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
+        self.pos += n;
+        // Token strings may hold invalid UTF-8 in some vocabularies; keep them readable rather than refuse.
+        Ok(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
+    /// One value of type `ty`; `what` names it for messages.
+    fn value(&mut self, ty: u32, depth: usize, what: &dyn Fn() -> String) -> Result<Value> {
+        self.values += 1;
+        if self.values > MAX_VALUES {
+            return Err(invalid(format!("{}: more than {MAX_VALUES} metadata values in all", what())));
+        }
+        Ok(match ty {
+            0 => Value::U8(u8::from_le_bytes(self.bytes(what)?)),
+            1 => Value::I8(i8::from_le_bytes(self.bytes(what)?)),
+            2 => Value::U16(u16::from_le_bytes(self.bytes(what)?)),
+            3 => Value::I16(i16::from_le_bytes(self.bytes(what)?)),
+            4 => Value::U32(u32::from_le_bytes(self.bytes(what)?)),
+            5 => Value::I32(i32::from_le_bytes(self.bytes(what)?)),
+            6 => Value::F32(f32::from_le_bytes(self.bytes(what)?)),
+            7 => match self.bytes::<1>(what)?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(invalid(format!("{}: bool byte {b} is neither 0 nor 1", what()))),
+            },
+            8 => Value::String(self.string(what)?),
+            9 => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(invalid(format!("{}: arrays nested more than {MAX_ARRAY_DEPTH} deep", what())));
+                }
+                let elem = self.u32(&|| format!("{}: array element type", what()))?;
+                let min_size = value_min_size(elem)
+                    .ok_or_else(|| invalid(format!("{}: unknown array element type {elem}", what())))?;
+                let count = self.u64(&|| format!("{}: array length", what()))?;
+                self.check_count(count, min_size, &|| format!("{}: array length", what()))?;
+                if count > MAX_VALUES {
+                    return Err(invalid(format!("{}: array length {count} is over {MAX_VALUES}", what())));
+                }
+                let mut items = Vec::with_capacity(count as usize);
+                for i in 0..count {
+                    items.push(self.value(elem, depth + 1, &|| format!("{}[{i}]", what()))?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::U64(u64::from_le_bytes(self.bytes(what)?)),
+            11 => Value::I64(i64::from_le_bytes(self.bytes(what)?)),
+            12 => Value::F64(f64::from_le_bytes(self.bytes(what)?)),
+            _ => return Err(invalid(format!("{}: unknown metadata value type {ty}", what()))),
+        })
+    }
+}
+
+/// The fewest bytes a value of a type can take (`None`: unknown type).
+fn value_min_size(ty: u32) -> Option<u64> {
+    Some(match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8,
+        9 => 12,
+        _ => return None,
+    })
+}
+
+impl Gguf {
+    /// Parse header, metadata and tensor infos, checking every tensor lies inside the file.
+    pub fn parse<R: Read + Seek>(r: &mut R) -> Result<Gguf> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| GgufError::Io { what, source }
+        };
+        let len = r.seek(SeekFrom::End(0)).map_err(io("finding the file size"))?;
+        r.seek(SeekFrom::Start(0)).map_err(io("seeking to the start"))?;
+        let mut src = Src { r, pos: 0, len, values: 0 };
+
+        let magic: [u8; 4] = src.bytes(&|| "header: magic".into())?;
+        if &magic != MAGIC {
+            return Err(invalid(format!("not a GGUF file: it starts with {magic:02x?}, not \"GGUF\"")));
+        }
+        let version = src.u32(&|| "header: version".into())?;
+        match version {
+            2 | 3 => {}
+            1 => return Err(unsupported("version 1 (32-bit counts, 2023) is not supported; re-convert with llama.cpp")),
+            v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
+                return Err(unsupported(format!("big-endian GGUF (version {}) is not supported", v.swap_bytes())))
+            }
+            v => return Err(unsupported(format!("version {v} is not supported (2 and 3 are)"))),
+        }
+        let n_tensors = src.u64(&|| "header: tensor count".into())?;
+        let n_kv = src.u64(&|| "header: metadata count".into())?;
+        // The smallest metadata entry: an empty key (8), a type (4), one byte; the smallest tensor
+        // info: an empty name (8), n_dims (4), type (4), offset (8).
+        src.check_count(n_kv, 13, &|| "header: metadata count".into())?;
+        src.check_count(n_tensors, 24, &|| "header: tensor count".into())?;
+
+        let mut metadata = BTreeMap::new();
+        for i in 0..n_kv {
+            let key = src.string(&|| format!("metadata entry {i}: key"))?;
+            let ty = src.u32(&|| format!("metadata {key}: value type"))?;
+            let value = src.value(ty, 0, &|| format!("metadata {key}"))?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(invalid(format!("metadata {key}: given twice")));
+            }
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
+            Some(v) => {
+                return Err(invalid(format!(
+                    "metadata general.alignment = {v:?}: must be a uint32 power of two"
+                )))
+            }
+        };
+
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut names = std::collections::HashSet::new();
+        for i in 0..n_tensors {
+            let name = src.string(&|| format!("tensor info {i}: name"))?;
+            let n_dims = src.u32(&|| format!("tensor {name}: n_dims"))?;
+            if n_dims > MAX_DIMS {
+                return Err(invalid(format!("tensor {name}: n_dims = {n_dims} is over {MAX_DIMS}")));
+            }
+            let mut dims = Vec::with_capacity(n_dims as usize);
+            for d in 0..n_dims {
+                dims.push(src.u64(&|| format!("tensor {name}: ne[{d}]"))?);
+            }
+            let type_id = src.u32(&|| format!("tensor {name}: type"))?;
+            let ggml_type = GgmlType::from_id(type_id)
+                .ok_or_else(|| invalid(format!("tensor {name}: unknown tensor type id {type_id}")))?;
+            let offset = src.u64(&|| format!("tensor {name}: offset"))?;
+            let n_bytes = tensor_bytes(&name, &dims, ggml_type)?;
+            if !names.insert(name.clone()) {
+                return Err(invalid(format!("tensor {name}: given twice")));
+            }
+            tensors.push(TensorInfo { name, dims, ggml_type, offset, n_bytes });
+        }
+        let data_offset = src.pos.next_multiple_of(alignment);
+        for t in &mut tensors {
+            if t.offset % alignment != 0 {
+                return Err(invalid(format!(
+                    "tensor {}: offset {} is not a multiple of the alignment {alignment}",
+                    t.name, t.offset
+                )));
+            }
+            let start = data_offset.checked_add(t.offset);
+            let end = start.and_then(|s| s.checked_add(t.n_bytes));
+            match (start, end) {
+                (Some(start), Some(end)) if end <= len => t.offset = start,
+                _ => {
+                    return Err(invalid(format!(
+                        "tensor {}: offset {} + {} bytes runs past the end of the file ({len} bytes, data from {data_offset})",
+                        t.name, t.offset, t.n_bytes
+                    )))
+                }
+            }
+        }
+        Ok(Gguf { version, metadata, tensors, alignment, data_offset, file_len: len })
+    }
+
+    /// Parse a GGUF held in memory.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Gguf> {
+        Gguf::parse(&mut std::io::Cursor::new(bytes))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// A metadata string; `Ok(None)` when absent, an error naming the key when of another type.
+    pub fn get_str(&self, key: &str) -> Result<Option<&str>> {
+        self.typed(key, "a string", Value::as_str)
+    }
+
+    /// A metadata non-negative integer of any width.
+    pub fn get_u64(&self, key: &str) -> Result<Option<u64>> {
+        self.typed(key, "a non-negative integer", Value::as_u64)
+    }
+
+    /// A metadata float (f32 widened exactly, or f64).
+    pub fn get_f64(&self, key: &str) -> Result<Option<f64>> {
+        self.typed(key, "a float", Value::as_f64)
+    }
+
+    pub fn get_bool(&self, key: &str) -> Result<Option<bool>> {
+        self.typed(key, "a bool", Value::as_bool)
+    }
+
+    pub fn get_array(&self, key: &str) -> Result<Option<&[Value]>> {
+        self.typed(key, "an array", Value::as_array)
+    }
+
+    fn typed<'a, T>(&'a self, key: &str, want: &str, f: impl Fn(&'a Value) -> Option<T>) -> Result<Option<T>> {
+        match self.metadata.get(key) {
+            None => Ok(None),
+            Some(v) => f(v).map(Some).ok_or_else(|| {
+                let shown = format!("{v:?}");
+                let shown: String =
+                    if shown.chars().count() > 80 { shown.chars().take(80).chain("..".chars()).collect() } else { shown };
+                invalid(format!("metadata {key}: expected {want}, found {} {shown}", v.type_name()))
+            }),
+        }
+    }
+
+    /// The raw bytes of one tensor (bounds were checked at parse).
+    pub fn tensor_bytes<R: Read + Seek>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<u8>> {
+        let what = || format!("reading tensor {} ({} bytes at {})", t.name, t.n_bytes, t.offset);
+        r.seek(SeekFrom::Start(t.offset)).map_err(|source| GgufError::Io { what: what(), source })?;
+        let mut b = vec![0u8; t.n_bytes as usize];
+        r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
+        Ok(b)
+    }
+
+    /// One tensor dequantized to f32, row-major in PyTorch order.
+    pub fn tensor_f32<R: Read + Seek>(&self, r: &mut R, name: &str) -> Result<Vec<f32>> {
+        let t = self.tensor(name).ok_or_else(|| invalid(format!("tensor {name}: not in the file")))?;
+        let bytes = self.tensor_bytes(r, t)?;
+        dequantize(t.ggml_type, &bytes, t.numel()).map_err(|e| match e {
+            GgufError::Unsupported(m) => unsupported(format!("tensor {name}: {m}")),
+            e => e,
+        })
+    }
+}
+
+/// Bytes a tensor of `dims` takes in `ty`, with every product checked.
+fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64> {
+    let mut numel: u64 = 1;
+    for (i, &d) in dims.iter().enumerate() {
+        if d == 0 {
+            return Err(invalid(format!("tensor {name}: ne[{i}] = 0")));
+        }
+        numel = numel
+            .checked_mul(d)
+            .filter(|&n| n <= i64::MAX as u64)
+            .ok_or_else(|| invalid(format!("tensor {name}: dimensions {dims:?} overflow")))?;
+    }
+    let ne0 = dims.first().copied().unwrap_or(1);
+    if ne0 % ty.block != 0 {
+        return Err(invalid(format!(
+            "tensor {name}: row length ne[0] = {ne0} is not a multiple of {}'s block of {}",
+            ty.name, ty.block
+        )));
+    }
+    (numel / ty.block)
+        .checked_mul(ty.block_bytes)
+        .ok_or_else(|| invalid(format!("tensor {name}: dimensions {dims:?} overflow")))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The Hugging Face tokenizer files of a GGUF whose `tokenizer.ggml.model` is "gpt2" (byte-level
+//! BPE): tokenizer.json (vocabulary, merges, added tokens from `tokenizer.ggml.token_type`, the
+//! pre-tokenizer `tokenizer.ggml.pre` names), tokenizer_config.json (special tokens, chat template),
+//! special_tokens_map.json and the ids generation_config.json needs.
+//!
+//! It builds what transformers' GGUF tokenizer conversion builds (`integrations/gguf/
+//! gguf_tokenizer_mapping.py`, transformers 5.24), plus llama.cpp's "smollm" pre-tokenizer, which
+//! transformers lacks: every digit split off first, then GPT-2's byte-level split, as SmolLM2's own
+//! tokenizer.json does.
+
+use super::{invalid, unsupported, Gguf, GgufError};
+use serde_json::{json, Map, Value as Json};
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+const CONTROL: i64 = 3;
+const USER_DEFINED: i64 = 4;
+
+/// The split of Llama 3's tokenizer (llama.cpp "llama-bpe").
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// The split of Qwen2's tokenizer (llama.cpp "qwen2").
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The files, and the special token ids for config.json and generation_config.json.
+pub(super) struct TokenizerFiles {
+    pub tokenizer_json: Vec<u8>,
+    pub tokenizer_config: Vec<u8>,
+    pub special_tokens_map: Vec<u8>,
+    pub vocab: usize,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub pad: Option<u32>,
+}
+
+/// GPT-2's byte → printable character map (`bytes_to_unicode`): printable Latin-1 bytes map to
+/// themselves, the other 68 to U+0100.. in byte order.
+fn byte_chars() -> [char; 256] {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let mut out = ['\0'; 256];
+    let mut next = 256u32;
+    for (b, c) in out.iter_mut().enumerate() {
+        let b = b as u32;
+        let code = if printable(b) {
+            b
+        } else {
+            next += 1;
+            next - 1
+        };
+        *c = char::from_u32(code).unwrap_or('\u{FFFD}');
+    }
+    out
+}
+
+/// The pre-tokenizer (and normalizer) for a `tokenizer.ggml.pre` value.
+fn pre_tokenizer(pre: &str) -> Result<Json, GgufError> {
+    let byte_level = |use_regex: bool| {
+        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex})
+    };
+    let split = |regex: &str| {
+        json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+            byte_level(false),
+        ]})
+    };
+    Ok(match pre {
+        "gpt-2" => byte_level(true),
+        "smollm" => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            byte_level(true),
+        ]}),
+        "llama3" | "llama-v3" | "llama-bpe" | "smaug-bpe" => split(LLAMA3_SPLIT),
+        "qwen2" | "deepseek-r1-qwen" => split(QWEN2_SPLIT),
+        other => {
+            return Err(unsupported(format!(
+                "metadata tokenizer.ggml.pre = {other:?} is not supported (gpt-2, smollm, llama-bpe, llama3, \
+                 qwen2, deepseek-r1-qwen are)"
+            )))
+        }
+    })
+}
+
+/// A token id from `key`, checked against the vocabulary.
+fn token_id(g: &Gguf, key: &str, tokens: &[String]) -> Result<Option<u32>, GgufError> {
+    match g.get_u64(key)? {
+        None => Ok(None),
+        Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
+        Some(id) => Err(invalid(format!("metadata {key} = {id} is past the {} tokens", tokens.len()))),
+    }
+}
+
+/// Strings of an array key, each checked to be a string.
+fn strings(g: &Gguf, key: &str) -> Result<Vec<String>, GgufError> {
+    let items = g.get_array(key)?.ok_or_else(|| invalid(format!("metadata {key}: missing")))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_str().map(str::to_string).ok_or_else(|| {
+                invalid(format!("metadata {key}[{i}]: expected a string, found {}", v.type_name()))
+            })
+        })
+        .collect()
+}
+
+pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<TokenizerFiles, GgufError> {
+    match g.get_str("tokenizer.ggml.model")? {
+        Some("gpt2") => {}
+        Some(other) => {
+            return Err(unsupported(format!(
+                "metadata tokenizer.ggml.model = {other:?} is not supported (only \"gpt2\", byte-level BPE)"
+            )))
+        }
+        None => return Err(invalid("metadata tokenizer.ggml.model: missing (the file has no tokenizer)")),
+    }
+    let pre = g.get_str("tokenizer.ggml.pre")?.ok_or_else(|| {
+        unsupported("metadata tokenizer.ggml.pre: missing, so the pre-tokenizer is unknown (re-convert with a newer llama.cpp)")
+    })?;
+    let pre_tokenizer = pre_tokenizer(pre)?;
+    let tokens = strings(g, "tokenizer.ggml.tokens")?;
+    let merges = strings(g, "tokenizer.ggml.merges")?;
+    let types: Vec<i64> = match g.get_array("tokenizer.ggml.token_type")? {
+        None => Vec::new(),
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_i64().ok_or_else(|| {
+                    invalid(format!("metadata tokenizer.ggml.token_type[{i}]: expected an integer, found {v:?}"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if !types.is_empty() && types.len() != tokens.len() {
+        return Err(invalid(format!(
+            "metadata tokenizer.ggml.token_type has {} entries for {} tokens",
+            types.len(),
+            tokens.len()
+        )));
+    }
+
+    // The vocabulary in the byte alphabet: a token written with other characters is respelled
+    // from its UTF-8 bytes (later duplicates win, as in a Python dict).
+    let chars = byte_chars();
+    let in_alphabet = |t: &str| t.chars().all(|c| chars.contains(&c));
+    let mut vocab = Map::new();
+    for (id, t) in tokens.iter().enumerate() {
+        let key = if in_alphabet(t) { t.clone() } else { t.bytes().map(|b| chars[b as usize]).collect() };
+        vocab.insert(key, json!(id));
+    }
+    let merges: Vec<Json> = merges
+        .iter()
+        .enumerate()
+        .map(|(i, m)| match m.split_once(' ') {
+            Some((a, b)) if !b.contains(' ') => Ok(json!([a, b])),
+            _ => Err(invalid(format!("metadata tokenizer.ggml.merges[{i}] = {m:?} is not two tokens with a space"))),
+        })
+        .collect::<Result<_, _>>()?;
+
+    // Control tokens (spelled in the byte alphabet) are special; user-defined ones plain added tokens.
+    let added: Vec<Json> = types
+        .iter()
+        .enumerate()
+        .filter(|&(id, &ty)| (ty == CONTROL || ty == USER_DEFINED) && in_alphabet(&tokens[id]))
+        .map(|(id, &ty)| {
+            json!({"id": id, "content": tokens[id], "single_word": false, "lstrip": false, "rstrip": false,
+                   "normalized": false, "special": ty == CONTROL})
+        })
+        .collect();
+
+    let bos = token_id(g, "tokenizer.ggml.bos_token_id", &tokens)?;
+    let eos = token_id(g, "tokenizer.ggml.eos_token_id", &tokens)?;
+    let unk = token_id(g, "tokenizer.ggml.unknown_token_id", &tokens)?;
+    let pad = token_id(g, "tokenizer.ggml.padding_token_id", &tokens)?;
+    let add_bos = g.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false);
+    let add_eos = g.get_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+    let text = |id: Option<u32>| id.map(|i| tokens[i as usize].clone());
+
+    // Post-processor: BOS before / EOS after each sequence as add_bos_token / add_eos_token say.
+    let bos_text = bos.filter(|_| add_bos).map(|i| tokens[i as usize].clone());
+    let eos_text = eos.filter(|_| add_eos).map(|i| tokens[i as usize].clone());
+    let special = |t: &String, type_id: u32| json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    let (mut single, mut pair) = (Vec::new(), Vec::new());
+    for (list, seqs) in [(&mut single, &[("A", 0)][..]), (&mut pair, &[("A", 0), ("B", 1)][..])] {
+        for &(seq, type_id) in seqs {
+            list.extend(bos_text.iter().map(|t| special(t, type_id)));
+            list.push(json!({"Sequence": {"id": seq, "type_id": type_id}}));
+            list.extend(eos_text.iter().map(|t| special(t, type_id)));
+        }
+    }
+    let mut specials = Map::new();
+    for (t, id) in bos_text.iter().zip(bos).chain(eos_text.iter().zip(eos)) {
+        specials.insert(t.clone(), json!({"id": t, "ids": [id], "tokens": [t]}));
+    }
+
+    let tokenizer_json = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+            "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": vocab, "merges": merges,
+        },
+    });
+
+    let mut special_map = Map::new();
+    for (name, id) in [("bos_token", bos), ("eos_token", eos), ("pad_token", pad), ("unk_token", unk)] {
+        if let Some(t) = text(id) {
+            special_map.insert(name.into(), json!(t));
+        }
+    }
+    let mut config = special_map.clone();
+    config.insert("add_bos_token".into(), json!(add_bos));
+    config.insert("add_eos_token".into(), json!(add_eos));
+    config.insert("clean_up_tokenization_spaces".into(), json!(false));
+    config.insert("model_max_length".into(), json!(model_max_length));
+    config.insert("tokenizer_class".into(), json!("PreTrainedTokenizerFast"));
+    if let Some(template) = g.get_str("tokenizer.chat_template")? {
+        config.insert("chat_template".into(), json!(template));
+    }
+
+    let pretty = |v: &Json| serde_json::to_vec_pretty(v).unwrap_or_default();
+    Ok(TokenizerFiles {
+        tokenizer_json: serde_json::to_vec(&tokenizer_json).unwrap_or_default(),
+        tokenizer_config: pretty(&Json::Object(config)),
+        special_tokens_map: pretty(&Json::Object(special_map)),
+        vocab: tokens.len(),
+        bos,
+        eos,
+        pad,
+    })
+}
