@@ -13,6 +13,8 @@ pub enum Error {
     Peft(#[from] crate::formats::peft::PeftError),
     #[error(transparent)]
     Batch(#[from] crate::formats::batch::BatchError),
+    #[error(transparent)]
+    Gguf(#[from] crate::formats::gguf::GgufError),
     #[error("{0}")]
     Msg(String),
 }

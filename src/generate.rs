@@ -168,7 +168,9 @@ fn check_lora(model: &Model, lora: &Lora) -> Result<()> {
 /// Generation reads resident weights (a streamed model would upload every block per token).
 fn check_model(model: &Model) -> Result<()> {
     if model.is_streamed() {
-        return Err(Error::msg("generate: the model is streamed; generation needs its weights resident (load it with Model::load)"));
+        return Err(Error::msg(
+            "generate: the model is streamed; generation needs its weights resident (load it with Model::load)",
+        ));
     }
     Ok(())
 }

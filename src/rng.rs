@@ -28,4 +28,3 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 }
-

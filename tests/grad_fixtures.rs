@@ -241,7 +241,8 @@ async fn check_q4(f: Fixture, expected_q4: &[u8], stream: bool) {
     let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{}: {e}", f.name));
     let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
     let opts = GradOptions { weights: WeightFormat::Q4, stream, ..Default::default() };
-    let got = compute_grads_with(&gpu, &ckpt, &adapter, f.batch, &opts).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let got =
+        compute_grads_with(&gpu, &ckpt, &adapter, f.batch, &opts).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
     print!("q4 {}: ", if stream { "streamed" } else { "resident" });
     check_against(&f, &want, &got);
     let name = format!("{}-q4{}", f.name, if stream { "-streamed" } else { "" });

@@ -146,7 +146,11 @@ async fn fused_update_same_training() {
         );
         // One layer of two: half the gradient bytes.
         assert_eq!(grads_peak[0] * 2, grads_peak[1], "{optimizer}: gradient bytes fused {grads_peak:?}");
-        log!("{optimizer}: fused == unfused over 4 steps; gradient bytes {} fused, {} whole", grads_peak[0], grads_peak[1]);
+        log!(
+            "{optimizer}: fused == unfused over 4 steps; gradient bytes {} fused, {} whole",
+            grads_peak[0],
+            grads_peak[1]
+        );
     }
 }
 both!(fused_update_gives_the_same_training, fused_update_same_training());
@@ -237,6 +241,10 @@ async fn bench_orders_the_schedules() {
     assert!(peak("mezo") <= peak("mesp") && peak("mesp") < peak("mebp") && peak("mebp") < peak("full"), "{res:?}");
     let mesp = &res[0];
     let mebp = &res[1];
-    assert_eq!(mesp.peak_by_category["grads"] * cfg.layers as u64, mebp.peak_by_category["grads"], "one layer of gradients");
+    assert_eq!(
+        mesp.peak_by_category["grads"] * cfg.layers as u64,
+        mebp.peak_by_category["grads"],
+        "one layer of gradients"
+    );
 }
 both!(bench_orders_the_schedules_by_memory, bench_orders_the_schedules());

@@ -309,7 +309,8 @@ async fn trainer_runs_mezo() {
     }
     let trained = a.adapter(&s.gpu).await.expect("adapter").to_safetensors_bytes();
     assert!(trained != init, "six MeZO steps left the adapter unchanged");
-    let mut b = Trainer::resume(&s.gpu, &s.model, examples, cfg, &saved.expect("saved"), "mezo checkpoint").expect("resumes");
+    let mut b =
+        Trainer::resume(&s.gpu, &s.model, examples, cfg, &saved.expect("saved"), "mezo checkpoint").expect("resumes");
     while !b.done() {
         b.step(&s.gpu, &s.model).await.expect("a resumed MeZO step");
     }

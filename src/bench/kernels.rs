@@ -37,7 +37,14 @@ fn rand(gpu: &Gpu, rng: &mut Rng, shape: &[usize], dtype: DType, cat: Category) 
 }
 
 /// The matmul products of one block at `tokens` tokens, forward and backward.
-pub async fn bench_matmuls(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, rank: usize, reps: usize) -> Result<Vec<KernelTiming>> {
+pub async fn bench_matmuls(
+    gpu: &Gpu,
+    name: &str,
+    cfg: &ModelConfig,
+    tokens: usize,
+    rank: usize,
+    reps: usize,
+) -> Result<Vec<KernelTiming>> {
     let mut rng = Rng::new(7);
     let c = cfg.hidden;
     let mut out = Vec::new();
@@ -54,26 +61,60 @@ pub async fn bench_matmuls(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usi
         let y = gpu.zeros(&[tokens, dout], DType::F32, Category::Activations)?;
         let flops = 2.0 * (tokens * din * dout) as f64;
         let ms = time_it(gpu, reps, || matmul_nt(gpu, &x, &w, None, &y, 1.0, 0.0)).await?;
-        out.push(KernelTiming { shape: name.into(), kernel: format!("{proj} x·Wᵀ (nt, bf16)"), dims: format!("{tokens}x{din}x{dout}"), ms, gflops: flops / ms / 1e6, flops });
+        out.push(KernelTiming {
+            shape: name.into(),
+            kernel: format!("{proj} x·Wᵀ (nt, bf16)"),
+            dims: format!("{tokens}x{din}x{dout}"),
+            ms,
+            gflops: flops / ms / 1e6,
+            flops,
+        });
         let dy = rand(gpu, &mut rng, &[tokens, dout], DType::F32, Category::Activations)?;
         let dx = gpu.zeros(&[tokens, din], DType::F32, Category::Activations)?;
         let ms = time_it(gpu, reps, || matmul_nn(gpu, &dy, &w, &dx, 1.0, 0.0)).await?;
-        out.push(KernelTiming { shape: name.into(), kernel: format!("{proj} dy·W (nn, bf16)"), dims: format!("{tokens}x{dout}x{din}"), ms, gflops: flops / ms / 1e6, flops });
+        out.push(KernelTiming {
+            shape: name.into(),
+            kernel: format!("{proj} dy·W (nn, bf16)"),
+            dims: format!("{tokens}x{dout}x{din}"),
+            ms,
+            gflops: flops / ms / 1e6,
+            flops,
+        });
         // LoRA thin products
         let a = rand(gpu, &mut rng, &[rank, din], DType::F32, Category::Lora)?;
         let h = gpu.zeros(&[tokens, rank], DType::F32, Category::Activations)?;
         let lflops = 2.0 * (tokens * din * rank) as f64;
         let ms = time_it(gpu, reps, || matmul_nt(gpu, &x, &a, None, &h, 1.0, 0.0)).await?;
-        out.push(KernelTiming { shape: name.into(), kernel: format!("{proj} h = x·Aᵀ (nt, r={rank})"), dims: format!("{tokens}x{din}x{rank}"), ms, gflops: lflops / ms / 1e6, flops: lflops });
+        out.push(KernelTiming {
+            shape: name.into(),
+            kernel: format!("{proj} h = x·Aᵀ (nt, r={rank})"),
+            dims: format!("{tokens}x{din}x{rank}"),
+            ms,
+            gflops: lflops / ms / 1e6,
+            flops: lflops,
+        });
         let da = gpu.zeros(&[rank, din], DType::F32, Category::Grads)?;
         let ms = time_it(gpu, reps, || matmul_tn(gpu, &h, &x, &da, 1.0, 1.0)).await?;
-        out.push(KernelTiming { shape: name.into(), kernel: format!("{proj} dA = gᵀ·x (tn, r={rank})"), dims: format!("{rank}x{tokens}x{din}"), ms, gflops: lflops / ms / 1e6, flops: lflops });
+        out.push(KernelTiming {
+            shape: name.into(),
+            kernel: format!("{proj} dA = gᵀ·x (tn, r={rank})"),
+            dims: format!("{rank}x{tokens}x{din}"),
+            ms,
+            gflops: lflops / ms / 1e6,
+            flops: lflops,
+        });
     }
     Ok(out)
 }
 
 /// Attention (forward, backward), RMSNorm, SwiGLU and lm_head + cross-entropy at one shape.
-pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, reps: usize) -> Result<Vec<KernelTiming>> {
+pub async fn bench_ops(
+    gpu: &Gpu,
+    name: &str,
+    cfg: &ModelConfig,
+    tokens: usize,
+    reps: usize,
+) -> Result<Vec<KernelTiming>> {
     use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
     use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, VocabTable};
     let mut rng = Rng::new(11);
@@ -89,9 +130,20 @@ pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, 
     // causal: half of the T×T scores, QK and PV, 2 flops each
     let aflops = 2.0 * 2.0 * (cfg.heads * tokens * tokens * d) as f64 / 2.0;
     let ms = time_it(gpu, reps, || attention_forward(gpu, &s, &q, &k, &v, None, &o, &lse)).await?;
-    out.push(KernelTiming { shape: name.into(), kernel: "attention forward".into(), dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads), ms, gflops: aflops / ms / 1e6, flops: aflops });
+    out.push(KernelTiming {
+        shape: name.into(),
+        kernel: "attention forward".into(),
+        dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads),
+        ms,
+        gflops: aflops / ms / 1e6,
+        flops: aflops,
+    });
     let d_o = act(&mut rng, &q.shape)?;
-    let (dq, dk, dv) = (gpu.zeros(&q.shape, DType::F32, Category::Activations)?, gpu.zeros(&k.shape, DType::F32, Category::Activations)?, gpu.zeros(&v.shape, DType::F32, Category::Activations)?);
+    let (dq, dk, dv) = (
+        gpu.zeros(&q.shape, DType::F32, Category::Activations)?,
+        gpu.zeros(&k.shape, DType::F32, Category::Activations)?,
+        gpu.zeros(&v.shape, DType::F32, Category::Activations)?,
+    );
     let mut err = None;
     let ms = time_it(gpu, reps, || {
         if let Err(e) = attention_backward(gpu, &s, &q, &k, &v, &o, &d_o, &lse, None, &dq, &dk, &dv) {
@@ -102,17 +154,42 @@ pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, 
     if let Some(e) = err {
         return Err(e.into());
     }
-    out.push(KernelTiming { shape: name.into(), kernel: "attention backward".into(), dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads), ms, gflops: 2.5 * aflops / ms / 1e6, flops: 2.5 * aflops });
+    out.push(KernelTiming {
+        shape: name.into(),
+        kernel: "attention backward".into(),
+        dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads),
+        ms,
+        gflops: 2.5 * aflops / ms / 1e6,
+        flops: 2.5 * aflops,
+    });
     let x = act(&mut rng, &[tokens, c])?;
     let w = gpu.upload_f32(&vec![1.0; c], &[c], Category::Weights)?;
     let y = gpu.zeros(&[tokens, c], DType::F32, Category::Activations)?;
     let rstd = gpu.zeros(&[tokens], DType::F32, Category::Activations)?;
     let ms = time_it(gpu, reps, || crate::kernels::rmsnorm::rmsnorm_forward(gpu, &x, &w, 1e-6, &y, &rstd)).await?;
-    out.push(KernelTiming { shape: name.into(), kernel: "rmsnorm forward".into(), dims: format!("{tokens}x{c}"), ms, gflops: 4.0 * (tokens * c) as f64 / ms / 1e6, flops: 4.0 * (tokens * c) as f64 });
+    out.push(KernelTiming {
+        shape: name.into(),
+        kernel: "rmsnorm forward".into(),
+        dims: format!("{tokens}x{c}"),
+        ms,
+        gflops: 4.0 * (tokens * c) as f64 / ms / 1e6,
+        flops: 4.0 * (tokens * c) as f64,
+    });
     let f = cfg.intermediate;
-    let (g, u, m) = (act(&mut rng, &[tokens, f])?, act(&mut rng, &[tokens, f])?, gpu.zeros(&[tokens, f], DType::F32, Category::Activations)?);
+    let (g, u, m) = (
+        act(&mut rng, &[tokens, f])?,
+        act(&mut rng, &[tokens, f])?,
+        gpu.zeros(&[tokens, f], DType::F32, Category::Activations)?,
+    );
     let ms = time_it(gpu, reps, || crate::kernels::swiglu::swiglu_forward(gpu, &g, &u, &m)).await?;
-    out.push(KernelTiming { shape: name.into(), kernel: "swiglu forward".into(), dims: format!("{tokens}x{f}"), ms, gflops: 5.0 * (tokens * f) as f64 / ms / 1e6, flops: 5.0 * (tokens * f) as f64 });
+    out.push(KernelTiming {
+        shape: name.into(),
+        kernel: "swiglu forward".into(),
+        dims: format!("{tokens}x{f}"),
+        ms,
+        gflops: 5.0 * (tokens * f) as f64 / ms / 1e6,
+        flops: 5.0 * (tokens * f) as f64,
+    });
     // lm_head + cross-entropy over the real vocabulary, bf16 table in chunks of 8192 rows
     let rows = crate::kernels::cross_entropy::DEFAULT_CHUNK_ROWS;
     let mut chunks = Vec::new();
@@ -122,7 +199,11 @@ pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, 
     let table = VocabTable { chunks: (&chunks).into(), chunk_rows: rows, vocab: cfg.vocab };
     let tbits: Vec<u32> = (0..tokens).map(|i| (i * 7919 % cfg.vocab) as u32).collect();
     let targets = gpu.upload_u32(&tbits, &[tokens], Category::Activations)?;
-    let (lse2, loss, dx) = (gpu.zeros(&[tokens], DType::F32, Category::Activations)?, gpu.zeros(&[1], DType::F32, Category::Scratch)?, gpu.zeros(&[tokens, c], DType::F32, Category::Activations)?);
+    let (lse2, loss, dx) = (
+        gpu.zeros(&[tokens], DType::F32, Category::Activations)?,
+        gpu.zeros(&[1], DType::F32, Category::Scratch)?,
+        gpu.zeros(&[tokens, c], DType::F32, Category::Activations)?,
+    );
     let cflops = 2.0 * (tokens * c * cfg.vocab) as f64;
     let inv = 1.0 / tokens as f32;
     let mut err = None;
@@ -132,7 +213,14 @@ pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, 
         }
     })
     .await?;
-    out.push(KernelTiming { shape: name.into(), kernel: "lm_head + CE forward".into(), dims: format!("{tokens}x{c}x{}", cfg.vocab), ms, gflops: cflops / ms / 1e6, flops: cflops });
+    out.push(KernelTiming {
+        shape: name.into(),
+        kernel: "lm_head + CE forward".into(),
+        dims: format!("{tokens}x{c}x{}", cfg.vocab),
+        ms,
+        gflops: cflops / ms / 1e6,
+        flops: cflops,
+    });
     let ms = time_it(gpu, 1, || {
         if let Err(e) = lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse2, &dx, 0.0, 1024) {
             err = Some(e);
@@ -142,6 +230,13 @@ pub async fn bench_ops(gpu: &Gpu, name: &str, cfg: &ModelConfig, tokens: usize, 
     if let Some(e) = err {
         return Err(e.into());
     }
-    out.push(KernelTiming { shape: name.into(), kernel: "lm_head + CE backward".into(), dims: format!("{tokens}x{c}x{}", cfg.vocab), ms, gflops: 2.0 * cflops / ms / 1e6, flops: 2.0 * cflops });
+    out.push(KernelTiming {
+        shape: name.into(),
+        kernel: "lm_head + CE backward".into(),
+        dims: format!("{tokens}x{c}x{}", cfg.vocab),
+        ms,
+        gflops: 2.0 * cflops / ms / 1e6,
+        flops: 2.0 * cflops,
+    });
     Ok(out)
 }

@@ -58,6 +58,16 @@ enum Cmd {
         #[arg(long, default_value_t = 1e-3)]
         eps: f32,
     },
+    /// Convert a GGUF (llama.cpp; llama or qwen2; F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K) into a Hugging Face
+    /// model directory: config.json, bf16 model.safetensors, tokenizer files with the chat template.
+    Import {
+        /// The .gguf file
+        #[arg(long)]
+        gguf: PathBuf,
+        /// Output directory (created; refused if it already holds any of the files)
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Write the f32 checkpoint that a model loaded with --weights computes with (quantized then
     /// dequantized, exactly as the kernels see it): for reference fixtures and inspection.
     Dequantize {
@@ -278,7 +288,8 @@ async fn run(cli: Cli) -> Result<(), Fail> {
         Cmd::Grad { model, adapter, batch, out, mode, weights, stream } => {
             let opts = webtune::grad::GradOptions {
                 mode: mode.parse().map_err(|e| Fail(2, format!("--mode: {e}")))?,
-                weights: webtune::model::weights::WeightFormat::parse(&weights).map_err(|e| Fail(2, format!("--weights: {e}")))?,
+                weights: webtune::model::weights::WeightFormat::parse(&weights)
+                    .map_err(|e| Fail(2, format!("--weights: {e}")))?,
                 stream,
                 mlp_chunk_rows: None,
             };
@@ -286,10 +297,11 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             let adapter = webtune::formats::peft::Adapter::open_dir(&adapter).map_err(input_err)?;
             let text = std::fs::read_to_string(&batch).map_err(|e| Fail(2, format!("{}: {e}", batch.display())))?;
             let gpu = gpu().await?;
-            let res = webtune::grad::compute_grads_with(&gpu, &ckpt, &adapter, &text, &opts).await.map_err(|e| match e {
-                webtune::error::Error::Gpu(g) => Fail(1, g.to_string()),
-                other => Fail(2, format!("{}: {other}", batch.display())),
-            })?;
+            let res =
+                webtune::grad::compute_grads_with(&gpu, &ckpt, &adapter, &text, &opts).await.map_err(|e| match e {
+                    webtune::error::Error::Gpu(g) => Fail(1, g.to_string()),
+                    other => Fail(2, format!("{}: {other}", batch.display())),
+                })?;
             std::fs::write(&out, res.to_safetensors()).map_err(|e| Fail(1, format!("{}: {e}", out.display())))?;
             eprintln!("loss {:.6}; {} gradient tensors written to {}", res.loss, res.grads.len(), out.display());
             Ok(())
@@ -322,8 +334,14 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             );
             Ok(())
         }
+        Cmd::Import { gguf, out } => {
+            let summary = webtune::formats::gguf::import_gguf_to_dir(&gguf, &out).map_err(input_err)?;
+            eprintln!("{summary}; written to {}", out.display());
+            Ok(())
+        }
         Cmd::Dequantize { model, weights, out } => {
-            let format = webtune::model::weights::WeightFormat::parse(&weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
+            let format = webtune::model::weights::WeightFormat::parse(&weights)
+                .map_err(|e| Fail(2, format!("--weights: {e}")))?;
             let ckpt = webtune::store::Checkpoint::open_dir(&model).map_err(input_err)?;
             webtune::model::layout::validate(&ckpt).map_err(input_err)?;
             let tensors = webtune::model::weights::quantized_checkpoint_f32(&ckpt, format).map_err(input_err)?;
@@ -346,20 +364,29 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             eprintln!("adapter: {} ({})", gpu.info.adapter, gpu.info.backend);
             let numpy: Option<serde_json::Value> = match numpy {
                 Some(p) => Some(
-                    serde_json::from_str(&std::fs::read_to_string(&p).map_err(|e| Fail(2, format!("{}: {e}", p.display())))?)
-                        .map_err(|e| Fail(2, format!("{}: {e}", p.display())))?,
+                    serde_json::from_str(
+                        &std::fs::read_to_string(&p).map_err(|e| Fail(2, format!("{}: {e}", p.display())))?,
+                    )
+                    .map_err(|e| Fail(2, format!("{}: {e}", p.display())))?,
                 ),
                 None => None,
             };
             let mut all = Vec::new();
             for name in ["smollm2-135m", "qwen2.5-0.5b"] {
                 let cfg = webtune::config::ModelConfig::preset(name).map_err(input_err)?;
-                let t = webtune::bench::bench_matmuls(&gpu, name, &cfg, tokens, rank, reps).await.map_err(|e| Fail(1, e.to_string()))?;
+                let t = webtune::bench::bench_matmuls(&gpu, name, &cfg, tokens, rank, reps)
+                    .await
+                    .map_err(|e| Fail(1, e.to_string()))?;
                 all.extend(t);
-                let t = webtune::bench::bench_ops(&gpu, name, &cfg, tokens, reps).await.map_err(|e| Fail(1, e.to_string()))?;
+                let t = webtune::bench::bench_ops(&gpu, name, &cfg, tokens, reps)
+                    .await
+                    .map_err(|e| Fail(1, e.to_string()))?;
                 all.extend(t);
             }
-            println!("{:<14} {:<34} {:>16} {:>9} {:>9} {:>12}", "shape", "kernel", "M×K×N", "ms", "GFLOP/s", "numpy GFLOP/s");
+            println!(
+                "{:<14} {:<34} {:>16} {:>9} {:>9} {:>12}",
+                "shape", "kernel", "M×K×N", "ms", "GFLOP/s", "numpy GFLOP/s"
+            );
             for t in &all {
                 let np = numpy
                     .as_ref()
@@ -383,7 +410,8 @@ async fn run(cli: Cli) -> Result<(), Fail> {
 async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
     use webtune::bench::train::{bench_train, paper_mb, BenchMode, TrainBenchConfig};
     use webtune::model::stream::{CheckpointSource, SyntheticSource, WeightSource};
-    let format = webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
+    let format =
+        webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
     let modes = BenchMode::parse_list(&a.modes).map_err(|e| Fail(2, format!("--modes: {e}")))?;
     let fuse = a.fuse.parse().map_err(|e| Fail(2, format!("--fuse: {e}")))?;
     let source: std::sync::Arc<dyn WeightSource> = if std::path::Path::new(&a.shape).is_dir() {
@@ -449,7 +477,13 @@ async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
             print!(" {:>11.1}", mb(r.peak_by_category.get(c).copied().unwrap_or(0)));
         }
         let rss = r.rss_peak_bytes.map(|b| format!("{:.0}", mb(b))).unwrap_or_else(|| "-".into());
-        println!(" {:>9.2} {:>8.1} {:>9} {:>8}", r.step_s, r.tokens_per_s, rss, if r.fused_update { "yes" } else { "no" });
+        println!(
+            " {:>9.2} {:>8.1} {:>9} {:>8}",
+            r.step_s,
+            r.tokens_per_s,
+            rss,
+            if r.fused_update { "yes" } else { "no" }
+        );
     }
     let peak = |m: &str| results.iter().find(|r| r.mode == m).map(|r| mb(r.peak_bytes));
     let paper = paper_mb(&a.shape, a.seq);
@@ -476,10 +510,8 @@ async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
         println!("{}: seconds by phase (last step): {}", r.mode, parts.join(", "));
     }
     if let Some(p) = a.json {
-        let modes: serde_json::Map<String, serde_json::Value> = results
-            .iter()
-            .map(|r| (r.mode.clone(), serde_json::to_value(r).unwrap_or_default()))
-            .collect();
+        let modes: serde_json::Map<String, serde_json::Value> =
+            results.iter().map(|r| (r.mode.clone(), serde_json::to_value(r).unwrap_or_default())).collect();
         let v = serde_json::json!({
             "config": bc,
             "model": { "layers": cfg.layers, "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
@@ -539,7 +571,8 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
     let text = std::fs::read_to_string(&a.data).map_err(|e| Fail(2, format!("{}: {e}", a.data.display())))?;
     let examples =
         webtune::data::dataset::load_jsonl(&text, &tok).map_err(|e| Fail(2, format!("{}: {e}", a.data.display())))?;
-    let targets = webtune::model::layout::Proj::parse_list(&a.targets).map_err(|e| Fail(2, format!("--targets: {e}")))?;
+    let targets =
+        webtune::model::layout::Proj::parse_list(&a.targets).map_err(|e| Fail(2, format!("--targets: {e}")))?;
     let config = TrainConfig {
         rank: a.rank,
         alpha: a.alpha.unwrap_or(2.0 * a.rank as f64),
@@ -559,7 +592,8 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
         schedule: a.schedule.clone(),
         warmup_ratio: a.warmup_ratio,
     };
-    let format = webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
+    let format =
+        webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
     let gpu = gpu().await?;
     let model = if a.resident {
         webtune::model::Model::load_as(&gpu, &ckpt, format).map_err(lib_err)?
@@ -570,7 +604,8 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
     let ckpt_path = a.out.join(CHECKPOINT_FILE);
     let mut trainer = if !a.fresh && ckpt_path.exists() {
         let bytes = std::fs::read(&ckpt_path).map_err(|e| Fail(1, format!("{}: {e}", ckpt_path.display())))?;
-        let t = Trainer::resume(&gpu, &model, examples, config, &bytes, &ckpt_path.display().to_string()).map_err(lib_err)?;
+        let t = Trainer::resume(&gpu, &model, examples, config, &bytes, &ckpt_path.display().to_string())
+            .map_err(lib_err)?;
         eprintln!("resuming from {} at step {}/{}", ckpt_path.display(), t.state.step, t.state.total_steps);
         t
     } else {
@@ -603,7 +638,9 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
         tok_sum += r.tokens;
         ms_sum += r.ms;
         let tps = tok_sum as f64 / (ms_sum / 1000.0).max(1e-9);
-        let left = (r.total_steps - r.step) as f64 * ms_sum / 1000.0 / (tok_sum.max(1) as f64 / r.tokens.max(1) as f64).max(1.0);
+        let left = (r.total_steps - r.step) as f64 * ms_sum
+            / 1000.0
+            / (tok_sum.max(1) as f64 / r.tokens.max(1) as f64).max(1.0);
         match &bar {
             Some(b) => {
                 b.set_position(r.step as u64);
@@ -693,6 +730,12 @@ async fn generate(a: GenerateArgs) -> Result<(), Fail> {
         return Err(Fail(1, format!("decoding: {e}")));
     }
     let secs = (webtune::gpu::platform::now_ms() - t0) / 1000.0;
-    eprintln!("{} prompt tokens, {} new tokens in {:.2}s ({:.2} tok/s)", ids.len(), out.len(), secs, out.len() as f64 / secs.max(1e-9));
+    eprintln!(
+        "{} prompt tokens, {} new tokens in {:.2}s ({:.2} tok/s)",
+        ids.len(),
+        out.len(),
+        secs,
+        out.len() as f64 / secs.max(1e-9)
+    );
     Ok(())
 }

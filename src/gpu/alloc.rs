@@ -129,7 +129,13 @@ impl Allocator {
         if let Ok(mut s) = self.stats.lock() {
             let peak_by_category = Category::ALL.iter().map(|c| (c.name(), s.interval_peak[c.index()])).collect();
             let t_ms = crate::gpu::platform::now_ms() - self.t0.lock().map(|t| *t).unwrap_or(0.0);
-            list.push(Sample { phase: phase(), t_ms, live_total: s.live_total, peak_total: s.interval_peak_total, peak_by_category });
+            list.push(Sample {
+                phase: phase(),
+                t_ms,
+                live_total: s.live_total,
+                peak_total: s.interval_peak_total,
+                peak_by_category,
+            });
             s.interval_peak_total = s.live_total;
             s.interval_peak = s.live;
         }

@@ -189,10 +189,8 @@ impl Gpu {
             required_limits: limits.clone(),
             ..Default::default()
         };
-        let (device, queue) = adapter
-            .request_device(&device_desc)
-            .await
-            .map_err(|e| GpuError::Device(e.to_string()))?;
+        let (device, queue) =
+            adapter.request_device(&device_desc).await.map_err(|e| GpuError::Device(e.to_string()))?;
         let granted = device.limits();
         let info = DeviceInfo {
             adapter: ai.name.clone(),
@@ -245,9 +243,7 @@ impl Gpu {
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(what),
             size: bytes,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         }))
     }
@@ -281,13 +277,7 @@ impl Gpu {
     }
 
     /// Upload raw bytes already laid out as the dtype expects.
-    pub fn upload_bytes(
-        &self,
-        bytes: &[u8],
-        shape: &[usize],
-        dtype: DType,
-        cat: Category,
-    ) -> Result<Tensor, GpuError> {
+    pub fn upload_bytes(&self, bytes: &[u8], shape: &[usize], dtype: DType, cat: Category) -> Result<Tensor, GpuError> {
         let t = self.zeros(shape, dtype, cat)?;
         if !bytes.is_empty() {
             let n = bytes.len() / 4 * 4;

@@ -20,6 +20,8 @@ pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
 }
 
 /// Panic with the largest difference and the first index where `|a-b| > atol + rtol·|b|`.
+/// (The negated comparisons are deliberate: a NaN difference fails them.)
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 pub fn assert_close(what: &str, a: &[f32], b: &[f64], atol: f64, rtol: f64) {
     assert_eq!(a.len(), b.len(), "{what}: length {} vs reference {}", a.len(), b.len());
     let mut first = None;
@@ -36,7 +38,13 @@ pub fn assert_close(what: &str, a: &[f32], b: &[f64], atol: f64, rtol: f64) {
     if let Some(i) = first {
         panic!(
             "{what}: first mismatch at {i}: got {} want {}; largest |diff| {} at {} (got {} want {}); rel err {:.3e}",
-            a[i], b[i], worst.1, worst.0, a[worst.0], b[worst.0], rel_err(a, b)
+            a[i],
+            b[i],
+            worst.1,
+            worst.0,
+            a[worst.0],
+            b[worst.0],
+            rel_err(a, b)
         );
     }
 }

@@ -117,19 +117,19 @@ pub fn lora_linear_backward(
 
 /// The intermediates of one block that its backward reads (all (N, ·) f32).
 pub struct Saved {
-    pub xn1: Tensor,  // (N, C) rmsnorm(x)
+    pub xn1: Tensor,   // (N, C) rmsnorm(x)
     pub rstd1: Tensor, // (N)
-    pub q: Tensor,    // (N, Hq*D) after RoPE
-    pub k: Tensor,    // (N, Hkv*D) after RoPE
-    pub v: Tensor,    // (N, Hkv*D)
-    pub o: Tensor,    // (N, Hq*D) attention output
-    pub lse: Tensor,  // (B*Hq*T) attention log-sum-exp
-    pub h: Tensor,    // (N, C) residual after attention
-    pub xn2: Tensor,  // (N, C) rmsnorm(h)
+    pub q: Tensor,     // (N, Hq*D) after RoPE
+    pub k: Tensor,     // (N, Hkv*D) after RoPE
+    pub v: Tensor,     // (N, Hkv*D)
+    pub o: Tensor,     // (N, Hq*D) attention output
+    pub lse: Tensor,   // (B*Hq*T) attention log-sum-exp
+    pub h: Tensor,     // (N, C) residual after attention
+    pub xn2: Tensor,   // (N, C) rmsnorm(h)
     pub rstd2: Tensor, // (N)
-    pub g: Tensor,    // (N, F) gate
-    pub u: Tensor,    // (N, F) up
-    pub m: Tensor,    // (N, F) silu(g)·u
+    pub g: Tensor,     // (N, F) gate
+    pub u: Tensor,     // (N, F) up
+    pub m: Tensor,     // (N, F) silu(g)·u
     /// LoRA h = x·Aᵀ per projection (N, r), kept only by MeBP and full (autograd's choice).
     pub hs: Vec<Option<Tensor>>,
 }
@@ -216,7 +216,6 @@ pub fn block_forward_keep(
     let y = act(gpu, &[n, c])?;
     lin(&m, Proj::Down, &y)?;
     axpy(gpu, 1.0, &h, &y);
-    drop(lin);
     let saved = keep.then_some(Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs });
     Ok((y, saved))
 }
@@ -230,7 +229,8 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
     let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
     let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
     let eps = cfg.rms_norm_eps as f32;
-    let lin = |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(lora, p), ctx.scale, y);
+    let lin =
+        |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(lora, p), ctx.scale, y);
     let (q, k, v) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
     {
         let xn1 = act(gpu, &[n, c])?;
@@ -387,7 +387,8 @@ pub fn block_backward(
     };
     let dxn2 = act(gpu, &[n, c])?;
     let (half, hs) = if mode == Mode::Mesp && saved.is_none() {
-        let mut lin = |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(Some(lora), p), s, y);
+        let mut lin =
+            |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(Some(lora), p), s, y);
         let half = attn_half(gpu, ctx, w, &mut lin, x)?;
         mlp_backward_chunked(gpu, ctx, w, lora, grads, &half.xn2, &dy, &dxn2)?;
         (half, Vec::new())

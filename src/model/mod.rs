@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::formats::batch::Batch;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
-use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, TableChunks, VocabTable, DEFAULT_CHUNK_ROWS};
+use crate::kernels::cross_entropy::{
+    lm_head_ce_backward, lm_head_ce_forward, TableChunks, VocabTable, DEFAULT_CHUNK_ROWS,
+};
 use crate::kernels::embedding::embedding_forward;
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_table, RopeTable};
@@ -131,7 +133,11 @@ impl Model {
 
     /// [`Model::streamed`] without the host cache: every upload converts from the source again
     /// (host memory stays at one block; slower).
-    pub fn streamed_uncached(gpu: &Gpu, source: std::sync::Arc<dyn WeightSource>, format: WeightFormat) -> Result<Model> {
+    pub fn streamed_uncached(
+        gpu: &Gpu,
+        source: std::sync::Arc<dyn WeightSource>,
+        format: WeightFormat,
+    ) -> Result<Model> {
         let mut m = Self::streamed(gpu, source, format)?;
         m.prepared.on = false;
         Ok(m)
@@ -149,7 +155,8 @@ impl Model {
     pub fn resident(gpu: &Gpu, source: std::sync::Arc<dyn WeightSource>, format: WeightFormat) -> Result<Model> {
         let cfg = source.config().clone();
         let norm = upload_vector(gpu, &source.final_norm()?, Category::Weights)?;
-        let layers = (0..cfg.layers).map(|i| upload_layer(gpu, &source.layer(i)?, format)).collect::<Result<Vec<_>>>()?;
+        let layers =
+            (0..cfg.layers).map(|i| upload_layer(gpu, &source.layer(i)?, format)).collect::<Result<Vec<_>>>()?;
         let rows = weights::chunk_rows_for(gpu, cfg.hidden, format.dtype(DType::BF16)).min(DEFAULT_CHUNK_ROWS);
         let table = |output: bool| -> Result<RowChunks> {
             let mut chunks = Vec::new();
@@ -165,7 +172,8 @@ impl Model {
             }
             Ok(RowChunks { chunks, chunk_rows: rows, rows: cfg.vocab })
         };
-        let (embed, lm_head) = if cfg.tie_word_embeddings { (table(true)?, None) } else { (table(false)?, Some(table(true)?)) };
+        let (embed, lm_head) =
+            if cfg.tie_word_embeddings { (table(true)?, None) } else { (table(false)?, Some(table(true)?)) };
         let weights = ModelWeights { embed, layers, norm, lm_head };
         let mlp_chunk_rows = mlp_chunk_rows(&cfg);
         Ok(Model { cfg, weights, stream: None, prepared: Prepared::default(), mlp_chunk_rows })
@@ -231,7 +239,7 @@ impl Model {
         let tbits: Vec<u32> = targets.iter().map(|&t| t as u32).collect();
         let targets = gpu.upload_u32(&tbits, &[n], Category::Activations)?;
         let mask = match &batch.attention_mask {
-            Some(m) if m.iter().any(|&v| v == 0) => Some(gpu.upload_u32(m, &[n], Category::Activations)?),
+            Some(m) if m.contains(&0) => Some(gpu.upload_u32(m, &[n], Category::Activations)?),
             _ => None,
         };
         Ok(StepInput {

@@ -12,7 +12,8 @@ use crate::error::{Error, Result};
 use crate::gpu::{Category, Gpu, Tensor};
 use crate::model::layout::{self, Proj};
 use crate::model::weights::{
-    prepare_matrix, upload_matrix_as, upload_prepared, upload_vector, LayerWeights, Linear, PreparedMatrix, WeightFormat,
+    prepare_matrix, upload_matrix_as, upload_prepared, upload_vector, LayerWeights, Linear, PreparedMatrix,
+    WeightFormat,
 };
 use crate::store::{Checkpoint, HostData, HostTensor};
 
@@ -58,7 +59,9 @@ impl PreparedLayer {
     /// Host bytes held.
     pub fn bytes(&self) -> usize {
         let v = |t: &HostTensor| t.numel() * 4;
-        v(&self.input_norm) + v(&self.post_norm) + self.proj.iter().map(|(w, b)| w.bytes.len() + b.as_ref().map_or(0, v)).sum::<usize>()
+        v(&self.input_norm)
+            + v(&self.post_norm)
+            + self.proj.iter().map(|(w, b)| w.bytes.len() + b.as_ref().map_or(0, v)).sum::<usize>()
     }
 
     pub fn upload(&self, gpu: &Gpu) -> Result<LayerWeights> {
@@ -100,7 +103,13 @@ pub fn upload_layer(gpu: &Gpu, host: &LayerHost, format: WeightFormat) -> Result
 }
 
 /// Upload rows of the output table as one vocab chunk.
-pub fn upload_output_chunk(gpu: &Gpu, src: &dyn WeightSource, r0: usize, r1: usize, format: WeightFormat) -> Result<Tensor> {
+pub fn upload_output_chunk(
+    gpu: &Gpu,
+    src: &dyn WeightSource,
+    r0: usize,
+    r1: usize,
+    format: WeightFormat,
+) -> Result<Tensor> {
     upload_matrix_as(gpu, &src.output_rows(r0, r1)?, format, Category::Weights)
 }
 
@@ -148,7 +157,10 @@ impl WeightSource for CheckpointSource {
         let get = |key: String, shape: &[usize]| -> Result<HostTensor> {
             let t = self.ckpt.tensor(&key)?;
             if t.shape != shape {
-                return Err(Error::msg(format!("{key}: expected shape {shape:?} (from config.json), found {:?}", t.shape)));
+                return Err(Error::msg(format!(
+                    "{key}: expected shape {shape:?} (from config.json), found {:?}",
+                    t.shape
+                )));
             }
             Ok(t)
         };

@@ -165,8 +165,12 @@ fn prepare_rows(t: &HostTensor, r0: usize, r1: usize, shape: &[usize], format: W
         (HostData::F32(v), DType::F32) => bytemuck::cast_slice(&v[range]).to_vec(),
         (HostData::BF16(b), DType::BF16) | (HostData::F16(b), DType::F16) => u16_rows(&b[range]),
         (_, DType::F32) => bytemuck::cast_slice(&rows_f32(t, range)).to_vec(),
-        (_, DType::BF16) => u16_rows(&rows_f32(t, range).iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect::<Vec<_>>()),
-        (_, DType::F16) => u16_rows(&rows_f32(t, range).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect::<Vec<_>>()),
+        (_, DType::BF16) => {
+            u16_rows(&rows_f32(t, range).iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect::<Vec<_>>())
+        }
+        (_, DType::F16) => {
+            u16_rows(&rows_f32(t, range).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect::<Vec<_>>())
+        }
         (_, q @ (DType::Q8 | DType::Q4)) => {
             let words = quant::quantize(&rows_f32(t, range), r1 - r0, cols, q);
             bytemuck::cast_slice(&words).to_vec()

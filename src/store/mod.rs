@@ -5,6 +5,7 @@
 //!
 //! Headers are parsed once at open; [`Checkpoint::tensor`] copies one tensor out.
 
+pub mod chunks;
 mod host;
 mod write;
 

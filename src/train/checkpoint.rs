@@ -91,7 +91,10 @@ mod tests {
     #[test]
     fn round_trip() {
         let s = S { step: 7, losses: vec![1.5, 0.25] };
-        let t = vec![("b".to_string(), vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), ("a".to_string(), vec![1], vec![-1.0])];
+        let t = vec![
+            ("b".to_string(), vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            ("a".to_string(), vec![1], vec![-1.0]),
+        ];
         let bytes = encode(&s, &t).unwrap();
         let (s2, t2): (S, Vec<NamedF32>) = decode(&bytes, "x").unwrap();
         assert_eq!(s, s2);

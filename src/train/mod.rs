@@ -2,8 +2,8 @@
 //! the optimizers over a LoRA set (AdamW, SGD) with global-norm gradient
 //! clipping, and the learning-rate schedules of transformers.
 
+pub mod checkpoint;
 pub mod mezo;
 pub mod optimizer;
 pub mod schedule;
-pub mod checkpoint;
 pub mod trainer;

@@ -267,7 +267,9 @@ impl Optimizer {
             match &self.state {
                 State::AdamW { m, v } => {
                     let h = AdamW { lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weight_decay: c.weight_decay };
-                    let (Some(m), Some(v)) = (m.layers[layer][j].as_ref(), v.layers[layer][j].as_ref()) else { continue };
+                    let (Some(m), Some(v)) = (m.layers[layer][j].as_ref(), v.layers[layer][j].as_ref()) else {
+                        continue;
+                    };
                     adamw_step(gpu, &h, self.step, &p.a, &g.a, &m.a, &v.a, &self.norm_sq, 0.0);
                     adamw_step(gpu, &h, self.step, &p.b, &g.b, &m.b, &v.b, &self.norm_sq, 0.0);
                 }

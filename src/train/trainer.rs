@@ -14,8 +14,8 @@ use crate::gpu::platform::now_ms;
 use crate::gpu::{Category, Gpu};
 use crate::kernels::elementwise::scale;
 use crate::kernels::testutil::Rng;
-use crate::model::layout::Proj;
 use crate::model::block::Mode;
+use crate::model::layout::Proj;
 use crate::model::lora::{read_set, Lora, LoraPair, LoraSet};
 use crate::model::{Grads, Model};
 use crate::train::checkpoint::{self, NamedF32};
@@ -96,13 +96,23 @@ impl TrainConfig {
     fn optimizer_config(&self) -> Result<OptimizerConfig> {
         if self.is_mezo() {
             // MeZO updates the parameters itself; the optimizer object stays unused and stateless.
-            return Ok(OptimizerConfig { kind: OptimizerKind::Sgd, lr: self.lr, max_grad_norm: 0.0, ..OptimizerConfig::default() });
+            return Ok(OptimizerConfig {
+                kind: OptimizerKind::Sgd,
+                lr: self.lr,
+                max_grad_norm: 0.0,
+                ..OptimizerConfig::default()
+            });
         }
-        let kind: OptimizerKind = self
-            .optimizer
-            .parse()
-            .map_err(|_| Error::msg(format!("--optimizer: unknown optimizer {:?} (adamw, sgd or mezo)", self.optimizer)))?;
-        Ok(OptimizerConfig { kind, lr: self.lr, weight_decay: self.weight_decay, max_grad_norm: self.max_grad_norm, ..OptimizerConfig::default() })
+        let kind: OptimizerKind = self.optimizer.parse().map_err(|_| {
+            Error::msg(format!("--optimizer: unknown optimizer {:?} (adamw, sgd or mezo)", self.optimizer))
+        })?;
+        Ok(OptimizerConfig {
+            kind,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            max_grad_norm: self.max_grad_norm,
+            ..OptimizerConfig::default()
+        })
     }
     /// Total optimizer steps for a dataset of `n` examples.
     pub fn total_steps(&self, n: usize) -> u32 {
@@ -196,7 +206,13 @@ fn epoch_order(n: usize, seed: u64, epoch: u32) -> Vec<usize> {
 
 impl Trainer {
     /// A new run (a fresh PEFT-initialised adapter, or `init` to continue training one).
-    pub fn new(gpu: &Gpu, model: &Model, examples: Vec<Example>, config: TrainConfig, init: Option<&Adapter>) -> Result<Trainer> {
+    pub fn new(
+        gpu: &Gpu,
+        model: &Model,
+        examples: Vec<Example>,
+        config: TrainConfig,
+        init: Option<&Adapter>,
+    ) -> Result<Trainer> {
         if examples.is_empty() {
             return Err(Error::msg("the dataset has no examples"));
         }
@@ -241,10 +257,9 @@ impl Trainer {
         };
         let total_steps = config.total_steps(examples.len());
         let sched = Schedule {
-            kind: config
-                .schedule
-                .parse::<ScheduleKind>()
-                .map_err(|_| Error::msg(format!("--schedule: unknown schedule {:?} (cosine or constant)", config.schedule)))?,
+            kind: config.schedule.parse::<ScheduleKind>().map_err(|_| {
+                Error::msg(format!("--schedule: unknown schedule {:?} (cosine or constant)", config.schedule))
+            })?,
             lr: config.lr,
             warmup_steps: (config.warmup_ratio * total_steps as f32).ceil() as u32,
             total_steps,
@@ -333,7 +348,11 @@ impl Trainer {
             if batch.shifted_targets().1 == 0 {
                 continue; // nothing to learn from (every label masked or truncated away)
             }
-            tokens += batch.attention_mask.as_ref().map(|m| m.iter().filter(|&&v| v != 0).count()).unwrap_or(batch.input_ids.len());
+            tokens += batch
+                .attention_mask
+                .as_ref()
+                .map(|m| m.iter().filter(|&&v| v != 0).count())
+                .unwrap_or(batch.input_ids.len());
             let input = model.prepare(gpu, &batch)?;
             loss_sum += match &self.grads {
                 GradBuf::None => {
@@ -370,7 +389,14 @@ impl Trainer {
         let loss = loss_sum / counted as f32;
         self.state.losses.push(loss);
         gpu.flush();
-        Ok(StepReport { step: self.state.step, total_steps: self.state.total_steps, loss, lr, tokens, ms: now_ms() - t0 })
+        Ok(StepReport {
+            step: self.state.step,
+            total_steps: self.state.total_steps,
+            loss,
+            lr,
+            tokens,
+            ms: now_ms() - t0,
+        })
     }
 
     /// The adapter as PEFT would save it.
@@ -388,12 +414,23 @@ impl Trainer {
         for (k, s, v) in opt_tensors {
             tensors.push((format!("optim/{k}"), s, v));
         }
-        let saved = SavedState { train: self.state.clone(), optimizer_step: opt_step, adapter_config: self.adapter_config.to_json() };
+        let saved = SavedState {
+            train: self.state.clone(),
+            optimizer_step: opt_step,
+            adapter_config: self.adapter_config.to_json(),
+        };
         checkpoint::encode(&saved, &tensors)
     }
 
     /// Continue a run from a checkpoint. The configuration and the data must be the ones it was made with.
-    pub fn resume(gpu: &Gpu, model: &Model, examples: Vec<Example>, config: TrainConfig, bytes: &[u8], what: &str) -> Result<Trainer> {
+    pub fn resume(
+        gpu: &Gpu,
+        model: &Model,
+        examples: Vec<Example>,
+        config: TrainConfig,
+        bytes: &[u8],
+        what: &str,
+    ) -> Result<Trainer> {
         let (saved, tensors): (SavedState, Vec<NamedF32>) = checkpoint::decode(bytes, what)?;
         // save_every does not change results: a run may be resumed with another one.
         let same = TrainConfig { save_every: config.save_every, ..saved.train.config.clone() } == config;

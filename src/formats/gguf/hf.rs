@@ -198,7 +198,9 @@ fn plan(g: &Gguf) -> Result<Plan> {
             .ok_or_else(|| unsupported(format!("tensor {}: no Hugging Face {hf_arch} counterpart", t.name)))?;
         let shape = t.shape();
         match expected.get(&name) {
-            None => return Err(unsupported(format!("tensor {} ({name}) is not part of this {hf_arch} config", t.name))),
+            None => {
+                return Err(unsupported(format!("tensor {} ({name}) is not part of this {hf_arch} config", t.name)))
+            }
             Some(e) if *e != shape => {
                 return Err(invalid(format!(
                     "tensor {} ({name}): shape {shape:?}, but the metadata implies {e:?}",
@@ -214,7 +216,8 @@ fn plan(g: &Gguf) -> Result<Plan> {
             )));
         }
         *source_types.entry(t.ggml_type.name.to_string()).or_insert(0) += 1;
-        let unpermute_heads = match (permuted, name.contains(".self_attn.q_proj."), name.contains(".self_attn.k_proj.")) {
+        let unpermute_heads = match (permuted, name.contains(".self_attn.q_proj."), name.contains(".self_attn.k_proj."))
+        {
             (true, true, _) => Some(cfg.heads),
             (true, _, true) => Some(cfg.kv_heads),
             _ => None,
@@ -257,7 +260,7 @@ fn plan(g: &Gguf) -> Result<Plan> {
 
 /// Undo llama.cpp's `permute(w, n_head)`: within each head of `rows / heads` rows, GGUF row
 /// 2i + j holds HF row j·half + i (j ∈ {0, 1}, i < half). `w`: (rows, row_len) row-major.
-fn unpermute_rows(w: &[f32], rows: usize, heads: usize, name: &str) -> Result<Vec<f32>> {
+pub(super) fn unpermute_rows(w: &[f32], rows: usize, heads: usize, name: &str) -> Result<Vec<f32>> {
     if heads == 0 || rows % (2 * heads) != 0 {
         return Err(invalid(format!("tensor {name}: {rows} rows cannot be split into {heads} heads of even size")));
     }
@@ -291,7 +294,10 @@ fn write_safetensors<R: Read + Seek, W: Write>(
     let mut offset = 0usize;
     for t in tensors {
         let n = t.shape.iter().product::<usize>() * 2;
-        header.insert(t.hf_name.clone(), json!({"dtype": "BF16", "shape": t.shape, "data_offsets": [offset, offset + n]}));
+        header.insert(
+            t.hf_name.clone(),
+            json!({"dtype": "BF16", "shape": t.shape, "data_offsets": [offset, offset + n]}),
+        );
         offset += n;
     }
     let mut head = serde_json::Value::Object(header).to_string().into_bytes();
@@ -314,13 +320,24 @@ fn write_safetensors<R: Read + Seek, W: Write>(
 /// tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json
 /// (ready for [`crate::store::Checkpoint::from_files`]).
 pub fn gguf_to_hf_files<R: Read + Seek>(r: &mut R) -> Result<HashMap<String, Vec<u8>>> {
+    gguf_to_hf_files_with_summary(r).map(|(files, _)| files)
+}
+
+/// [`gguf_to_hf_files`], and what was imported.
+pub fn gguf_to_hf_files_with_summary<R: Read + Seek>(r: &mut R) -> Result<(HashMap<String, Vec<u8>>, ImportSummary)> {
     let g = Gguf::parse(r)?;
     let plan = plan(&g)?;
+    let mut summary = plan.summary;
     let mut weights = Vec::new();
-    write_safetensors(&g, r, &plan.tensors, &mut weights, SINGLE_FILE)?;
-    let mut files: HashMap<String, Vec<u8>> = plan.json.into_iter().map(|(n, b)| (n.to_string(), b)).collect();
+    let n = write_safetensors(&g, r, &plan.tensors, &mut weights, SINGLE_FILE)?;
+    summary.files.push((SINGLE_FILE.to_string(), n));
+    let mut files = HashMap::new();
     files.insert(SINGLE_FILE.to_string(), weights);
-    Ok(files)
+    for (name, bytes) in plan.json {
+        summary.files.push((name.to_string(), bytes.len() as u64));
+        files.insert(name.to_string(), bytes);
+    }
+    Ok((files, summary))
 }
 
 /// `webtune import --gguf FILE --out DIR`: write the HF checkpoint of a GGUF into `out_dir`
@@ -357,9 +374,15 @@ pub fn import_gguf_to_dir(gguf_path: &std::path::Path, out_dir: &std::path::Path
     let mut summary = plan.summary;
 
     let part = out_dir.join(format!("{SINGLE_FILE}.part"));
-    let mut w = BufWriter::new(File::create(&part).map_err(io(&part))?);
-    let n = write_safetensors(&g, &mut r, &plan.tensors, &mut w, SINGLE_FILE)?;
-    w.into_inner().map_err(|e| io(&part)(e.into_error()))?.sync_all().map_err(io(&part))?;
+    let written = (|| {
+        let mut w = BufWriter::new(File::create(&part).map_err(io(&part))?);
+        let n = write_safetensors(&g, &mut r, &plan.tensors, &mut w, SINGLE_FILE)?;
+        w.into_inner().map_err(|e| io(&part)(e.into_error()))?.sync_all().map_err(io(&part))?;
+        Ok(n)
+    })();
+    let n = written.inspect_err(|_| {
+        let _ = std::fs::remove_file(&part); // best effort: the error being returned is the one that matters
+    })?;
     let weights = out_dir.join(SINGLE_FILE);
     std::fs::rename(&part, &weights).map_err(io(&weights))?;
     summary.files.push((SINGLE_FILE.to_string(), n));
@@ -370,9 +393,4 @@ pub fn import_gguf_to_dir(gguf_path: &std::path::Path, out_dir: &std::path::Path
         summary.files.push((name.to_string(), bytes.len() as u64));
     }
     Ok(summary)
-}
-
-#[cfg(test)]
-pub(super) fn unpermute_for_test(w: &[f32], rows: usize, heads: usize) -> Vec<f32> {
-    unpermute_rows(w, rows, heads, "test").expect("even heads")
 }

@@ -19,7 +19,7 @@ mod tokenizer;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use hf::import_gguf_to_dir;
-pub use hf::{gguf_to_hf_files, ImportSummary};
+pub use hf::{gguf_to_hf_files, gguf_to_hf_files_with_summary, ImportSummary};
 pub use quants::{dequantize, GgmlType};
 
 use std::collections::BTreeMap;
@@ -282,7 +282,7 @@ impl<R: Read> Src<'_, R> {
                 if count > MAX_VALUES {
                     return Err(invalid(format!("{}: array length {count} is over {MAX_VALUES}", what())));
                 }
-                let mut items = Vec::with_capacity(count as usize);
+                let mut items = Vec::with_capacity(count.min(1 << 16) as usize);
                 for i in 0..count {
                     items.push(self.value(elem, depth + 1, &|| format!("{}[{i}]", what()))?);
                 }
@@ -326,7 +326,9 @@ impl Gguf {
         let version = src.u32(&|| "header: version".into())?;
         match version {
             2 | 3 => {}
-            1 => return Err(unsupported("version 1 (32-bit counts, 2023) is not supported; re-convert with llama.cpp")),
+            1 => {
+                return Err(unsupported("version 1 (32-bit counts, 2023) is not supported; re-convert with llama.cpp"))
+            }
             v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
                 return Err(unsupported(format!("big-endian GGUF (version {}) is not supported", v.swap_bytes())))
             }
@@ -352,13 +354,12 @@ impl Gguf {
             None => DEFAULT_ALIGNMENT,
             Some(Value::U32(a)) if a.is_power_of_two() => u64::from(*a),
             Some(v) => {
-                return Err(invalid(format!(
-                    "metadata general.alignment = {v:?}: must be a uint32 power of two"
-                )))
+                let shown = v.as_u64().map_or_else(|| v.type_name().to_string(), |a| a.to_string());
+                return Err(invalid(format!("metadata general.alignment = {shown}: must be a uint32 power of two")));
             }
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(n_tensors.min(1 << 12) as usize);
         let mut names = std::collections::HashSet::new();
         for i in 0..n_tensors {
             let name = src.string(&|| format!("tensor info {i}: name"))?;
@@ -444,8 +445,11 @@ impl Gguf {
             None => Ok(None),
             Some(v) => f(v).map(Some).ok_or_else(|| {
                 let shown = format!("{v:?}");
-                let shown: String =
-                    if shown.chars().count() > 80 { shown.chars().take(80).chain("..".chars()).collect() } else { shown };
+                let shown: String = if shown.chars().count() > 80 {
+                    shown.chars().take(80).chain("..".chars()).collect()
+                } else {
+                    shown
+                };
                 invalid(format!("metadata {key}: expected {want}, found {} {shown}", v.type_name()))
             }),
         }

@@ -53,9 +53,7 @@ fn byte_chars() -> [char; 256] {
 
 /// The pre-tokenizer (and normalizer) for a `tokenizer.ggml.pre` value.
 fn pre_tokenizer(pre: &str) -> Result<Json, GgufError> {
-    let byte_level = |use_regex: bool| {
-        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex})
-    };
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
     let split = |regex: &str| {
         json!({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
@@ -83,7 +81,7 @@ fn pre_tokenizer(pre: &str) -> Result<Json, GgufError> {
 fn token_id(g: &Gguf, key: &str, tokens: &[String]) -> Result<Option<u32>, GgufError> {
     match g.get_u64(key)? {
         None => Ok(None),
-        Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
+        Some(id) if id < tokens.len() as u64 => Ok(Some(id as u32)),
         Some(id) => Err(invalid(format!("metadata {key} = {id} is past the {} tokens", tokens.len()))),
     }
 }
@@ -95,9 +93,9 @@ fn strings(g: &Gguf, key: &str) -> Result<Vec<String>, GgufError> {
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            v.as_str().map(str::to_string).ok_or_else(|| {
-                invalid(format!("metadata {key}[{i}]: expected a string, found {}", v.type_name()))
-            })
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| invalid(format!("metadata {key}[{i}]: expected a string, found {}", v.type_name())))
         })
         .collect()
 }
@@ -113,7 +111,9 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
         None => return Err(invalid("metadata tokenizer.ggml.model: missing (the file has no tokenizer)")),
     }
     let pre = g.get_str("tokenizer.ggml.pre")?.ok_or_else(|| {
-        unsupported("metadata tokenizer.ggml.pre: missing, so the pre-tokenizer is unknown (re-convert with a newer llama.cpp)")
+        unsupported(
+            "metadata tokenizer.ggml.pre: missing, so the pre-tokenizer is unknown (re-convert with a newer llama.cpp)",
+        )
     })?;
     let pre_tokenizer = pre_tokenizer(pre)?;
     let tokens = strings(g, "tokenizer.ggml.tokens")?;
@@ -141,7 +141,8 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
     // The vocabulary in the byte alphabet: a token written with other characters is respelled
     // from its UTF-8 bytes (later duplicates win, as in a Python dict).
     let chars = byte_chars();
-    let in_alphabet = |t: &str| t.chars().all(|c| chars.contains(&c));
+    let alphabet: std::collections::HashSet<char> = chars.iter().copied().collect();
+    let in_alphabet = |t: &str| t.chars().all(|c| alphabet.contains(&c));
     let mut vocab = Map::new();
     for (id, t) in tokens.iter().enumerate() {
         let key = if in_alphabet(t) { t.clone() } else { t.bytes().map(|b| chars[b as usize]).collect() };
