@@ -15,6 +15,13 @@ MB = 1e6
 CATS = ["weights", "lora", "grads", "optimizer", "checkpoints", "activations", "scratch", "staging"]
 
 
+ORDER = ["mesp", "mebp", "full", "mezo"]
+
+
+def ordered(modes):
+    return sorted(modes.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
+
+
 def peak(run, mode):
     m = run["modes"].get(mode)
     return m["peak_bytes"] / MB if m else None
@@ -36,7 +43,7 @@ if main:
           f"({'resident' if c['resident'] else 'streamed'}), batch 1\n")
     print("| mode | peak MB | " + " | ".join(CATS) + " | step s | tokens/s | fused update |")
     print("|---" * (len(CATS) + 5) + "|")
-    for mode, m in main["modes"].items():
+    for mode, m in ordered(main["modes"]):
         cats = " | ".join(fmt(m["peak_by_category"].get(k, 0) / MB) for k in CATS)
         print(f"| {mode} | **{fmt(m['peak_bytes'] / MB)}** | {cats} | {fmt(m['step_s'])} | {fmt(m['tokens_per_s'], 2)} | "
               f"{'yes' if m['fused_update'] else 'no'} |")
@@ -50,7 +57,7 @@ if adamw:
     print("### Our defaults (AdamW, bf16 weights), Qwen2.5-0.5B, seq 256, rank 8\n")
     print("| mode | peak MB | lora | grads | optimizer | weights | step s |")
     print("|---|---|---|---|---|---|---|")
-    for mode, m in adamw["modes"].items():
+    for mode, m in ordered(adamw["modes"]):
         pc = m["peak_by_category"]
         print(f"| {mode} | **{fmt(m['peak_bytes'] / MB)}** | {fmt(pc['lora'] / MB)} | {fmt(pc['grads'] / MB)} | "
               f"{fmt(pc['optimizer'] / MB)} | {fmt(pc['weights'] / MB)} | {fmt(m['step_s'])} |")
