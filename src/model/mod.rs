@@ -83,6 +83,25 @@ struct Prepared {
     table: std::sync::Mutex<Vec<Option<std::sync::Arc<weights::PreparedMatrix>>>>,
 }
 
+/// Entry `i` of a host cache, made by `make` (and kept) on first use.
+fn cached<T, E>(
+    cache: &std::sync::Mutex<Vec<Option<std::sync::Arc<T>>>>,
+    i: usize,
+    make: impl FnOnce() -> std::result::Result<T, E>,
+) -> std::result::Result<std::sync::Arc<T>, E> {
+    if let Some(p) = cache.lock().ok().and_then(|v| v.get(i).cloned().flatten()) {
+        return Ok(p);
+    }
+    let p = std::sync::Arc::new(make()?);
+    if let Ok(mut v) = cache.lock() {
+        if v.len() <= i {
+            v.resize(i + 1, None);
+        }
+        v[i] = Some(p.clone());
+    }
+    Ok(p)
+}
+
 /// A block's weights: resident, or uploaded for this use and dropped afterwards.
 pub enum LayerRef<'a> {
     Resident(&'a LayerWeights),
@@ -188,20 +207,9 @@ impl Model {
         match &self.stream {
             None => Ok(LayerRef::Resident(&self.weights.layers[i])),
             Some((src, format)) if self.prepared.on => {
-                let cached = self.prepared.layers.lock().ok().and_then(|v| v.get(i).cloned().flatten());
-                let p = match cached {
-                    Some(p) => p,
-                    None => {
-                        let p = std::sync::Arc::new(stream::PreparedLayer::new(src.layer(i)?, *format));
-                        if let Ok(mut v) = self.prepared.layers.lock() {
-                            if v.len() <= i {
-                                v.resize(i + 1, None);
-                            }
-                            v[i] = Some(p.clone());
-                        }
-                        p
-                    }
-                };
+                let p = cached(&self.prepared.layers, i, || {
+                    Ok::<_, Error>(stream::PreparedLayer::new(src.layer(i)?, *format))
+                })?;
                 Ok(LayerRef::Streamed(p.upload(gpu)?))
             }
             Some((src, format)) => Ok(LayerRef::Streamed(upload_layer(gpu, &src.layer(i)?, *format)?)),
@@ -282,21 +290,9 @@ impl Model {
                     if !self.prepared.on {
                         return upload_output_chunk(gpu, src.as_ref(), r0, r1, *format).map_err(as_gpu);
                     }
-                    let cached = self.prepared.table.lock().ok().and_then(|v| v.get(i).cloned().flatten());
-                    let p = match cached {
-                        Some(p) => p,
-                        None => {
-                            let host = src.output_rows(r0, r1).map_err(as_gpu)?;
-                            let p = std::sync::Arc::new(weights::prepare_matrix(&host, *format));
-                            if let Ok(mut v) = self.prepared.table.lock() {
-                                if v.len() <= i {
-                                    v.resize(i + 1, None);
-                                }
-                                v[i] = Some(p.clone());
-                            }
-                            p
-                        }
-                    };
+                    let p = cached(&self.prepared.table, i, || {
+                        Ok(weights::prepare_matrix(&src.output_rows(r0, r1).map_err(as_gpu)?, *format))
+                    })?;
                     weights::upload_prepared(gpu, &p, Category::Weights).map_err(as_gpu)
                 };
                 let table = VocabTable {
