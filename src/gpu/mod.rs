@@ -4,6 +4,16 @@
 //! Dispatches are recorded into one pending command encoder and submitted
 //! together at the next readback or explicit [`Gpu::flush`]; on the CPU
 //! emulators each submit costs far more than a dispatch.
+//!
+//! Uploads (natively) go through a fixed ring of [`STAGING_CHUNKS`] mappable buffers of
+//! [`STAGING_CHUNK_BYTES`], accounted as [`Category::Staging`]: the bytes are written into a
+//! mapped chunk and a copy into the destination is recorded in the same pending encoder as the
+//! dispatches, so an upload lands after the dispatches recorded before it and before those
+//! recorded after it. At [`Gpu::flush`] the chunks in use are unmapped, submitted and mapped
+//! again asynchronously; when every chunk is in flight an upload waits for the oldest one.
+//! `queue.write_buffer` would instead allocate a fresh, unaccounted staging buffer per call.
+//! In the browser mapping completes only from the event loop, so nothing may wait for it there:
+//! wasm32 keeps `queue.write_buffer` (the browser owns that staging memory; see [`STAGED_UPLOADS`]).
 
 pub mod alloc;
 pub mod platform;
@@ -11,8 +21,59 @@ pub mod platform;
 pub use alloc::{Allocation, Allocator, Category, MemoryStats};
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
+
+/// Bytes of one upload staging chunk; larger uploads are split into chunk-sized copies.
+pub const STAGING_CHUNK_BYTES: u64 = 4 << 20;
+/// Chunks in the upload ring: two, so one can be filled while the GPU copies from the other.
+/// They are made with the [`Gpu`] and live as long as it, so `staging` shows them in every peak.
+pub const STAGING_CHUNKS: usize = 2;
+/// Whether uploads go through the staging ring. Not on wasm32: there a chunk is mapped again
+/// only when the browser's event loop runs the `map_async` callback, which a synchronous upload
+/// cannot wait for, and a mapped range is a copy in wasm memory besides; `GPUQueue.writeBuffer`
+/// copies straight from wasm memory into staging the browser manages.
+pub const STAGED_UPLOADS: bool = cfg!(not(target_arch = "wasm32"));
+
+/// States of a staging chunk, set by the `map_async` callback (which may run inside
+/// `queue.submit` or `device.poll`, so it touches only this atomic).
+const CHUNK_IN_FLIGHT: u8 = 0;
+const CHUNK_MAPPED: u8 = 1;
+const CHUNK_FAILED: u8 = 2;
+
+/// One buffer of the upload ring.
+struct Chunk {
+    buf: wgpu::Buffer,
+    state: Arc<AtomicU8>,
+    /// Bytes handed out since the chunk was last mapped; copies from them are recorded in the
+    /// pending encoder, so a chunk with `used > 0` must be unmapped before that is submitted.
+    used: u64,
+    /// The submission that last read the chunk (while it is in flight), with its number in
+    /// [`Ring::submits`] to find the oldest.
+    submission: Option<(u64, wgpu::SubmissionIndex)>,
+    _acct: Allocation,
+}
+
+/// The upload ring and a count of submissions (to order the chunks in flight).
+#[derive(Default)]
+struct Ring {
+    chunks: Vec<Chunk>,
+    submits: u64,
+}
+
+impl Chunk {
+    fn mapped(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CHUNK_MAPPED
+    }
+    /// Offset of the next piece (map ranges start on [`wgpu::MAP_ALIGNMENT`]).
+    fn next_offset(&self) -> u64 {
+        self.used.next_multiple_of(wgpu::MAP_ALIGNMENT)
+    }
+    fn room(&self) -> u64 {
+        STAGING_CHUNK_BYTES.saturating_sub(self.next_offset())
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -158,6 +219,8 @@ pub struct Gpu {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pending: Mutex<Option<wgpu::CommandEncoder>>,
     pending_dispatches: Mutex<u32>,
+    /// The upload ring (empty when not [`STAGED_UPLOADS`]). Lock order: `staging`, then `pending`.
+    staging: Mutex<Ring>,
     dummy: std::sync::OnceLock<Tensor>,
 }
 
@@ -211,9 +274,28 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             pending: Mutex::new(None),
             pending_dispatches: Mutex::new(0),
+            staging: Mutex::new(Ring::default()),
             dummy: std::sync::OnceLock::new(),
         };
         gpu.dummy(); // made now, so no step's accounting sees it appear
+        if STAGED_UPLOADS {
+            // Made now for the same reason: staging is a fixed cost from the start.
+            let chunks = (0..STAGING_CHUNKS)
+                .map(|_| Chunk {
+                    buf: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("upload staging"),
+                        size: STAGING_CHUNK_BYTES,
+                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: true,
+                    }),
+                    state: Arc::new(AtomicU8::new(CHUNK_MAPPED)),
+                    used: 0,
+                    submission: None,
+                    _acct: gpu.alloc.track(Category::Staging, STAGING_CHUNK_BYTES),
+                })
+                .collect();
+            gpu.staging.lock().unwrap_or_else(|e| e.into_inner()).chunks = chunks;
+        }
         Ok(gpu)
     }
 
@@ -279,16 +361,109 @@ impl Gpu {
     /// Upload raw bytes already laid out as the dtype expects.
     pub fn upload_bytes(&self, bytes: &[u8], shape: &[usize], dtype: DType, cat: Category) -> Result<Tensor, GpuError> {
         let t = self.zeros(shape, dtype, cat)?;
-        if !bytes.is_empty() {
-            let n = bytes.len() / 4 * 4;
-            self.queue.write_buffer(&t.buf, 0, &bytes[..n]);
-            if n < bytes.len() {
-                let mut tail = [0u8; 4];
-                tail[..bytes.len() - n].copy_from_slice(&bytes[n..]);
-                self.queue.write_buffer(&t.buf, n as u64, &tail);
+        self.write_at(&t, bytes, true);
+        Ok(t)
+    }
+
+    /// Overwrite the start of a tensor's buffer with `bytes` (a ragged end is zero-padded to
+    /// whole words; bytes past the buffer are ignored). Ordered like a dispatch: it lands after
+    /// the work recorded before it and before the work recorded after it.
+    pub fn write_bytes(&self, t: &Tensor, bytes: &[u8]) {
+        self.write_at(t, bytes, false)
+    }
+
+    /// [`Gpu::write_bytes`]; `fresh`: no recorded work uses `t` yet (it was just made).
+    fn write_at(&self, t: &Tensor, bytes: &[u8], fresh: bool) {
+        debug_assert!(bytes.len() as u64 <= t.bytes(), "{} bytes into a buffer of {}", bytes.len(), t.bytes());
+        let bytes = &bytes[..bytes.len().min(t.bytes() as usize)];
+        if bytes.is_empty() {
+            return;
+        }
+        if !STAGED_UPLOADS {
+            return self.write_direct(&t.buf, 0, bytes, !fresh);
+        }
+        let mut ring = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0;
+        while done < bytes.len() {
+            let written = self.staging_chunk(&mut ring).and_then(|i| {
+                let chunk = &mut ring.chunks[i];
+                let at = chunk.next_offset();
+                let piece = (bytes.len() - done).min(chunk.room() as usize);
+                let padded = piece.next_multiple_of(4);
+                let mut view = chunk.buf.get_mapped_range_mut(at..at + padded as u64).ok()?;
+                view.slice(..piece).copy_from_slice(&bytes[done..done + piece]);
+                if padded > piece {
+                    view.slice(piece..).copy_from_slice(&[0u8; 3][..padded - piece]);
+                }
+                drop(view);
+                chunk.used = at + padded as u64;
+                let mut guard = self.encoder();
+                if let Some(enc) = guard.as_mut() {
+                    enc.copy_buffer_to_buffer(&chunk.buf, at, &t.buf, done as u64, padded as u64);
+                }
+                Some(piece)
+            });
+            match written {
+                Some(piece) => done += piece,
+                None => {
+                    // The device is lost or a chunk could not be mapped again: write directly.
+                    drop(ring);
+                    return self.write_direct(&t.buf, done as u64, &bytes[done..], true);
+                }
             }
         }
-        Ok(t)
+    }
+
+    /// `queue.write_buffer`. The queue performs it before the next submission, so with `flush`
+    /// the pending work is submitted first and the write cannot overtake dispatches recorded
+    /// earlier (not needed for a buffer no recorded work uses).
+    fn write_direct(&self, buf: &wgpu::Buffer, offset: u64, bytes: &[u8], flush: bool) {
+        if flush {
+            self.flush();
+        }
+        let n = bytes.len() / 4 * 4;
+        if n > 0 {
+            self.queue.write_buffer(buf, offset, &bytes[..n]);
+        }
+        if n < bytes.len() {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() - n].copy_from_slice(&bytes[n..]);
+            self.queue.write_buffer(buf, offset + n as u64, &tail);
+        }
+    }
+
+    /// A mapped chunk with room for at least a word: the one being filled, else a free one, else
+    /// (after submitting the pending work, which puts the filled chunks in flight) the first to
+    /// come back, waiting for the oldest submission if need be. None when none can come back.
+    fn staging_chunk(&self, ring: &mut Ring) -> Option<usize> {
+        let usable = |c: &Chunk| c.mapped() && c.room() >= 4;
+        let mut waited = false;
+        loop {
+            if let Some(i) = ring.chunks.iter().position(|c| c.used > 0 && usable(c)) {
+                return Some(i);
+            }
+            if let Some(i) = ring.chunks.iter().position(|c| c.used == 0 && usable(c)) {
+                return Some(i);
+            }
+            if ring.chunks.iter().any(|c| c.used > 0) {
+                self.submit_with(ring);
+                // Chunks whose copies have already run come back without a wait.
+                let _ = self.device.poll(wgpu::PollType::Poll);
+                continue;
+            }
+            if waited {
+                return None; // a wait brought nothing back: the device is gone
+            }
+            // Every chunk is in flight (or failed): wait for the oldest one's submission.
+            let (_, oldest) = ring
+                .chunks
+                .iter()
+                .filter(|c| c.state.load(Ordering::Acquire) == CHUNK_IN_FLIGHT)
+                .filter_map(|c| c.submission.clone())
+                .min_by_key(|(n, _)| *n)?;
+            self.device.poll(wgpu::PollType::Wait { submission_index: Some(oldest), timeout: None }).ok()?;
+            waited = true;
+        }
     }
 
     pub fn upload_f32(&self, data: &[f32], shape: &[usize], cat: Category) -> Result<Tensor, GpuError> {
@@ -345,10 +520,9 @@ impl Gpu {
         self.upload_bytes(bytemuck::cast_slice(&padded), shape, dtype, cat)
     }
 
-    /// Overwrite a tensor's contents with f32 values.
+    /// Overwrite a tensor's contents with f32 values (ordered like [`Gpu::write_bytes`]).
     pub fn write_f32(&self, t: &Tensor, data: &[f32]) {
-        self.flush();
-        self.queue.write_buffer(&t.buf, 0, bytemuck::cast_slice(data));
+        self.write_bytes(t, bytemuck::cast_slice(data));
     }
 
     /// Record a copy of `src` into `dst` (whole buffer).
@@ -442,9 +616,30 @@ impl Gpu {
 
     /// Submit everything recorded so far.
     pub fn flush(&self) {
+        let mut ring = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        self.submit_with(&mut ring);
+    }
+
+    /// Submit the pending encoder: first unmap the staging chunks its copies read, then map them
+    /// again (asynchronously: they come back once this submission has run).
+    fn submit_with(&self, ring: &mut Ring) {
         let enc = self.pending.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(enc) = enc {
-            self.queue.submit(Some(enc.finish()));
+        let Some(enc) = enc else { return };
+        let filled: Vec<usize> = (0..ring.chunks.len()).filter(|&i| ring.chunks[i].used > 0).collect();
+        for &i in &filled {
+            ring.chunks[i].buf.unmap();
+        }
+        let index = self.queue.submit(Some(enc.finish()));
+        ring.submits += 1;
+        for &i in &filled {
+            let chunk = &mut ring.chunks[i];
+            chunk.used = 0;
+            chunk.submission = Some((ring.submits, index.clone()));
+            chunk.state.store(CHUNK_IN_FLIGHT, Ordering::Release);
+            let state = chunk.state.clone();
+            chunk.buf.map_async(wgpu::MapMode::Write, .., move |r| {
+                state.store(if r.is_ok() { CHUNK_MAPPED } else { CHUNK_FAILED }, Ordering::Release);
+            });
         }
     }
 
@@ -499,4 +694,77 @@ impl Gpu {
 /// Split `n` workgroups into a grid for [`Gpu::dispatch`].
 pub fn groups(n: u32) -> (u32, u32, u32) {
     (n.max(1), 1, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu_test;
+
+    /// y = 2·x + 1 over `n` f32, one element per invocation (an arbitrary reader of `x`).
+    fn double_plus_one(gpu: &Gpu, x: &Tensor, y: &Tensor) {
+        let p = gpu.pipeline("test_double_plus_one", || {
+            "struct P { n: u32 }
+             @group(0) @binding(0) var<uniform> p: P;
+             @group(0) @binding(1) var<storage, read> x: array<f32>;
+             @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+             @compute @workgroup_size(64)
+             fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+                 if (g.x < p.n) { y[g.x] = 2.0 * x[g.x] + 1.0; }
+             }"
+            .to_string()
+        });
+        let n = x.numel() as u32;
+        gpu.dispatch(&p, bytemuck::bytes_of(&[n, 0, 0, 0]), &[x, y], groups(n.div_ceil(64)));
+    }
+
+    gpu_test!(async fn gpu_upload_split_over_chunks(gpu) {
+        // 2.5 chunks of f32 plus a ragged 16-bit tail: several chunk-sized copies and a padded end.
+        let n = (STAGING_CHUNK_BYTES as usize * 5 / 2) / 4 + 3;
+        let data: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let staging_before = gpu.alloc.stats().live(Category::Staging);
+        let t = gpu.upload_f32(&data, &[n], Category::Activations).expect("upload");
+        assert_eq!(gpu.read_f32(&t).await.expect("read"), data);
+        let bits: Vec<u16> = (0..37 * 29).map(|i| i as u16 ^ 0x5a5a).collect();
+        let h = gpu.upload_u16_rows(&bits, &[37, 29], DType::BF16, Category::Activations).expect("upload");
+        let back: Vec<u16> = bytemuck::pod_collect_to_vec(&gpu.read_bytes(&h).await.expect("read"));
+        for r in 0..37 {
+            assert_eq!(&back[r * 30..r * 30 + 29], &bits[r * 29..(r + 1) * 29], "row {r}");
+            assert_eq!(back[r * 30 + 29], 0, "row {r} padding");
+        }
+        let one = gpu.upload_bytes(&[1, 2, 3], &[1], DType::F32, Category::Scratch).expect("upload");
+        assert_eq!(&gpu.read_bytes(&one).await.expect("read")[..4], &[1, 2, 3, 0]);
+        if STAGED_UPLOADS {
+            // The ring is the staging: fixed and accounted from the start.
+            assert_eq!(staging_before, STAGING_CHUNKS as u64 * STAGING_CHUNK_BYTES);
+            assert_eq!(gpu.alloc.stats().live(Category::Staging), staging_before);
+        }
+    });
+
+    gpu_test!(async fn gpu_writes_ordered_with_dispatches(gpu) {
+        // Each write lands after the dispatches recorded before it and before those after it,
+        // also when the writes are larger than the ring and force submissions in between.
+        let n = (STAGING_CHUNK_BYTES as usize * 3) / 4 + 5;
+        let x = gpu.zeros(&[n], DType::F32, Category::Activations).expect("x");
+        let outs: Vec<Tensor> =
+            (0..4).map(|_| gpu.zeros(&[n], DType::F32, Category::Activations).expect("y")).collect();
+        for (k, y) in outs.iter().enumerate() {
+            gpu.write_f32(&x, &vec![k as f32 + 0.25; n]);
+            double_plus_one(gpu, &x, y);
+        }
+        // A small write between two readers of the same buffer.
+        let s = gpu.upload_f32(&[1.0; 5], &[5], Category::Scratch).expect("s");
+        let s1 = gpu.zeros(&[5], DType::F32, Category::Scratch).expect("s1");
+        let s2 = gpu.zeros(&[5], DType::F32, Category::Scratch).expect("s2");
+        double_plus_one(gpu, &s, &s1);
+        gpu.write_f32(&s, &[3.0; 5]);
+        double_plus_one(gpu, &s, &s2);
+        for (k, y) in outs.iter().enumerate() {
+            let v = gpu.read_f32(y).await.expect("read");
+            let want = 2.0 * (k as f32 + 0.25) + 1.0;
+            assert!(v.iter().all(|&e| e == want), "reader {k}: {:?} != {want}", &v[..4]);
+        }
+        assert_eq!(gpu.read_f32(&s1).await.expect("read"), vec![3.0; 5]);
+        assert_eq!(gpu.read_f32(&s2).await.expect("read"), vec![7.0; 5]);
+    });
 }
