@@ -2,11 +2,16 @@
 //! tensor, or groups of small tensors, at most [`MAX_CHUNK_BYTES`] each) in a
 //! key-value [`ChunkStore`] — a directory natively ([`DirStore`]), memory in tests
 //! ([`MemoryStore`]), IndexedDB later — plus `<model>/manifest.json`, written last,
-//! that says where every tensor lies and checksums every chunk.
+//! that says where every tensor lies and checksums every chunk, plus the model's small
+//! files (tokenizer.json, ...) under `<model>/files/<name>`, checksummed in the manifest too.
+//! [`import_checkpoint`] stores a checkpoint already in memory;
+//! [`import_files`](super::import::import_files) streams one from its files, resumably.
 //! [`StoreSource`] streams a stored model into [`Model::streamed`](crate::model::Model::streamed),
 //! reading only the chunks a tensor or a set of embedding rows needs.
 
-use super::{host, Checkpoint, HostTensor, StoreError};
+use super::asyncio::AsyncChunkStore;
+use super::import::{ordered, plan, TensorSource};
+use super::{host, Checkpoint, HostTensor, StoreError, OPTIONAL_FILES};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::model::layout::{self, Proj};
@@ -35,7 +40,9 @@ pub trait ChunkStore: Send + Sync {
     fn keys(&self, prefix: &str) -> Result<Vec<String>>;
 }
 
-fn check_key(key: &str) -> Result<()> {
+/// A key is '/'-separated segments, none empty, `.`, `..` or holding `\` or NUL, and not a
+/// `.tmp` name (the directory store's write-then-rename files). Every backend checks it.
+pub(crate) fn check_key(key: &str) -> Result<()> {
     let bad_segment = |s: &str| s.is_empty() || s == "." || s == ".." || s.contains(['\\', '\0']);
     if key.split('/').any(bad_segment) || key.ends_with(".tmp") {
         return Err(Error::msg(format!("chunk store: {key:?} is not a valid key")));
@@ -184,6 +191,9 @@ pub struct Manifest {
     pub tensors: Vec<TensorEntry>,
     /// Every chunk, in key order.
     pub chunks: Vec<ChunkEntry>,
+    /// The small files stored with the model (those of [`OPTIONAL_FILES`] it has), in that order.
+    #[serde(default)]
+    pub files: Vec<FileEntry>,
 }
 
 /// One tensor: its raw little-endian bytes as stored in the safetensors file are
@@ -222,6 +232,19 @@ pub struct ChunkEntry {
     pub fnv1a64: String,
 }
 
+/// One small file stored whole: tokenizer.json, ...
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Its name in the model directory: "tokenizer.json"
+    pub name: String,
+    /// `<model>/files/<name>`
+    pub key: String,
+    /// Size in bytes
+    pub bytes: usize,
+    /// [`fnv1a64`] of the bytes
+    pub fnv1a64: String,
+}
+
 /// FNV-1a, 64 bits, as 16 hex digits.
 pub fn fnv1a64(bytes: &[u8]) -> String {
     let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
@@ -234,11 +257,16 @@ pub fn manifest_key(model: &str) -> String {
 }
 
 /// `<model>/chunks/00012`
-fn chunk_key(model: &str, i: usize) -> String {
+pub(crate) fn chunk_key(model: &str, i: usize) -> String {
     format!("{model}/chunks/{i:05}")
 }
 
-fn check_model(model: &str) -> Result<()> {
+/// `<model>/files/tokenizer.json`
+pub fn file_key(model: &str, name: &str) -> String {
+    format!("{model}/files/{name}")
+}
+
+pub(crate) fn check_model(model: &str) -> Result<()> {
     check_key(model)?;
     if model.contains('/') {
         return Err(Error::msg(format!("model name {model:?}: must not contain '/'")));
@@ -247,82 +275,116 @@ fn check_model(model: &str) -> Result<()> {
 }
 
 /// Store `ckpt` as `model` in chunks of at most `max_chunk` bytes (replacing a
-/// model of that name). Tensors go in layout order: one that fits a chunk is never
-/// split, a bigger one is split by byte range, small ones share a chunk. Each chunk
-/// is read back and checked after writing; the manifest is written last, so the
-/// model is listed only once complete. Extra memory: about one chunk.
+/// model of that name), with its small files. Tensors go in layout order: one that fits a
+/// chunk is never split, a bigger one is split by byte range, small ones share a chunk
+/// (the plan of [`import_files`](super::import::import_files), which gives the same
+/// manifest for the same files). Each chunk is read back and checked after writing; the
+/// manifest is written last, so the model is listed only once complete. Extra memory:
+/// about one chunk.
 pub fn import_checkpoint(store: &dyn ChunkStore, model: &str, ckpt: &Checkpoint, max_chunk: usize) -> Result<Manifest> {
     check_model(model)?;
-    if max_chunk == 0 {
-        return Err(Error::msg("import: the chunk size must be at least one byte"));
-    }
     layout::validate(ckpt)?;
     let config = std::str::from_utf8(ckpt.file(super::CONFIG_FILE).unwrap_or_default())
         .map_err(|e| Error::msg(format!("{}: not UTF-8: {e}", super::CONFIG_FILE)))?
         .to_string();
+    let small: Vec<(&str, &[u8])> = OPTIONAL_FILES.iter().filter_map(|&n| Some((n, ckpt.file(n)?))).collect();
+    let files = small.iter().map(|&(name, bytes)| file_entry(model, name, bytes)).collect();
+    let tensors = ckpt.entries.iter().map(|(name, e)| {
+        let (start, end) = (e.start as u64, e.end as u64);
+        let t = TensorSource {
+            name: name.clone(),
+            dtype: e.dtype,
+            shape: e.shape.clone(),
+            file: e.file.clone(),
+            start,
+            end,
+        };
+        (name.clone(), t)
+    });
+    let tensors = ordered(ckpt.config(), tensors.collect())?;
+    let plan = plan(model, config, files, &tensors, max_chunk)?;
     delete_model(store, model)?;
 
-    let mut names: Vec<String> = layout::expected_tensors(ckpt.config()).into_iter().map(|(n, _)| n).collect();
-    names.extend(ckpt.entries.keys().filter(|n| !names.contains(n)).cloned().collect::<Vec<_>>());
-    let mut man =
-        Manifest { version: MANIFEST_VERSION, model: model.into(), config, tensors: Vec::new(), chunks: Vec::new() };
-    // Bytes still to pack: each chunk buffer is allocated once, at its final size.
-    let mut left: usize = names.iter().map(|n| ckpt.entries.get(n).map_or(0, |e| e.end - e.start)).sum();
-    let mut buf: Vec<u8> = Vec::new();
-    let flush = |buf: &mut Vec<u8>, chunks: &mut Vec<ChunkEntry>| -> Result<()> {
-        let key = chunk_key(model, chunks.len());
-        let sum = fnv1a64(buf);
-        store.put(&key, buf)?;
-        let bytes = std::mem::take(buf).len(); // freed before the read-back
-        let back = store.get(&key)?;
-        if back.len() != bytes || fnv1a64(&back) != sum {
-            return Err(Error::msg(format!("import {model}: chunk {key} reads back other bytes than were written")));
-        }
-        chunks.push(ChunkEntry { key, bytes, fnv1a64: sum });
-        Ok(())
-    };
-    for name in names {
-        let e = &ckpt.entries[&name];
-        let data = ckpt.files.get(&e.file).and_then(|f| f.get(e.start..e.end));
-        let mut data = data.ok_or_else(|| StoreError::MissingFile { file: e.file.clone() })?;
-        if !buf.is_empty() && buf.len() + data.len() > max_chunk {
-            flush(&mut buf, &mut man.chunks)?;
-        }
-        let mut pieces = Vec::new();
-        while !data.is_empty() {
-            if buf.len() == max_chunk {
-                flush(&mut buf, &mut man.chunks)?;
-            }
-            if buf.capacity() == 0 {
-                buf.reserve_exact(max_chunk.min(left));
-            }
-            let take = data.len().min(max_chunk - buf.len());
-            left -= take;
-            pieces.push(Piece { chunk: chunk_key(model, man.chunks.len()), offset: buf.len(), len: take });
-            buf.extend_from_slice(&data[..take]);
-            data = &data[take..];
-        }
-        man.tensors.push(TensorEntry { name, dtype: e.dtype, shape: e.shape.clone(), pieces });
+    for (&(_, bytes), f) in small.iter().zip(&plan.manifest.files) {
+        put_checked(store, model, &f.key, bytes)?;
     }
-    if !buf.is_empty() {
-        flush(&mut buf, &mut man.chunks)?;
+    let mut man = plan.manifest;
+    for (c, entry) in plan.chunks.iter().zip(&mut man.chunks) {
+        let mut buf = Vec::with_capacity(c.bytes);
+        for s in &c.segments {
+            let data = ckpt.files.get(&s.file).and_then(|f| f.get(s.start as usize..s.start as usize + s.len));
+            buf.extend_from_slice(data.ok_or_else(|| StoreError::MissingFile { file: s.file.clone() })?);
+        }
+        entry.fnv1a64 = put_checked(store, model, &c.key, buf)?;
     }
     let json = serde_json::to_vec(&man).map_err(|e| Error::msg(format!("import {model}: manifest: {e}")))?;
     store.put(&manifest_key(model), &json)?;
     Ok(man)
 }
 
-fn read_manifest(store: &dyn ChunkStore, model: &str) -> Result<Manifest> {
-    let bytes = store.get(&manifest_key(model)).map_err(|e| Error::msg(format!("model {model}: no manifest ({e})")))?;
+/// The manifest entry of small file `name` of `model`.
+pub(crate) fn file_entry(model: &str, name: &str, bytes: &[u8]) -> FileEntry {
+    FileEntry { name: name.into(), key: file_key(model, name), bytes: bytes.len(), fnv1a64: fnv1a64(bytes) }
+}
+
+/// Write `bytes` under `key`, read them back and check them; their checksum.
+fn put_checked(store: &dyn ChunkStore, model: &str, key: &str, bytes: impl AsRef<[u8]>) -> Result<String> {
+    ready(put_checked_async(store, model, key, bytes))
+}
+
+/// Write `bytes` under `key`, read them back and check them; their checksum. Owned bytes
+/// are freed before the read-back, so that a chunk is held once.
+pub(crate) async fn put_checked_async<S: AsyncChunkStore + ?Sized>(
+    store: &S,
+    model: &str,
+    key: &str,
+    bytes: impl AsRef<[u8]>,
+) -> Result<String> {
+    let sum = fnv1a64(bytes.as_ref());
+    store.put(key, bytes.as_ref()).await?;
+    let len = bytes.as_ref().len();
+    drop(bytes);
+    let back = store.get(key).await?;
+    if back.len() != len || fnv1a64(&back) != sum {
+        return Err(Error::msg(format!("import {model}: {key} reads back other bytes than were written")));
+    }
+    Ok(sum)
+}
+
+/// Run an operation of a sync [`ChunkStore`] seen as an [`AsyncChunkStore`]: its futures
+/// are ready when first polled.
+pub(crate) fn ready<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use std::task::{Context, Poll, Waker};
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(r) => r,
+        Poll::Pending => Err(Error::msg("chunk store: a sync store's operation did not complete at once")),
+    }
+}
+
+/// `model`'s manifest; an error when it has none.
+pub fn read_manifest(store: &dyn ChunkStore, model: &str) -> Result<Manifest> {
+    ready(read_manifest_async(store, model))
+}
+
+/// `model`'s manifest; an error when it has none.
+pub async fn read_manifest_async<S: AsyncChunkStore + ?Sized>(store: &S, model: &str) -> Result<Manifest> {
+    let bytes =
+        store.get(&manifest_key(model)).await.map_err(|e| Error::msg(format!("model {model}: no manifest ({e})")))?;
     serde_json::from_slice(&bytes).map_err(|e| Error::msg(format!("model {model}: {}: {e}", manifest_key(model))))
 }
 
 /// The complete models in `store` (those with a manifest) and their chunk bytes, by name.
 pub fn list_models(store: &dyn ChunkStore) -> Result<Vec<(String, u64)>> {
+    ready(list_models_async(store))
+}
+
+/// The complete models in `store` (those with a manifest) and their chunk bytes, by name.
+pub async fn list_models_async<S: AsyncChunkStore + ?Sized>(store: &S) -> Result<Vec<(String, u64)>> {
     let mut out = Vec::new();
-    for key in store.keys("")? {
+    for key in store.keys("").await? {
         if let Some(model) = key.strip_suffix("/manifest.json").filter(|m| !m.contains('/')) {
-            let man = read_manifest(store, model)?;
+            let man = read_manifest_async(store, model).await?;
             out.push((model.to_string(), man.chunks.iter().map(|c| c.bytes as u64).sum()));
         }
     }
@@ -330,14 +392,40 @@ pub fn list_models(store: &dyn ChunkStore) -> Result<Vec<(String, u64)>> {
     Ok(out)
 }
 
-/// Remove a model: its manifest first (so it is no longer listed), then its chunks.
+/// Remove a model, or what an interrupted import left of one: its manifest first (so it is
+/// no longer listed), then its import state, then its chunks and files.
 pub fn delete_model(store: &dyn ChunkStore, model: &str) -> Result<()> {
+    ready(delete_model_async(store, model))
+}
+
+/// Remove a model, or what an interrupted import left of one: its manifest first (so it is
+/// no longer listed), then its import state, then its chunks and files.
+pub async fn delete_model_async<S: AsyncChunkStore + ?Sized>(store: &S, model: &str) -> Result<()> {
     check_model(model)?;
-    store.delete(&manifest_key(model))?;
-    for key in store.keys(&format!("{model}/"))? {
-        store.delete(&key)?;
+    store.delete(&manifest_key(model)).await?;
+    store.delete(&super::import::import_key(model)).await?;
+    for key in store.keys(&format!("{model}/")).await? {
+        store.delete(&key).await?;
     }
     Ok(())
+}
+
+/// Small file `name` of a stored model (tokenizer.json, ...), checked against the manifest;
+/// None when the model was stored without it.
+pub async fn read_model_file<S: AsyncChunkStore + ?Sized>(
+    store: &S,
+    man: &Manifest,
+    name: &str,
+) -> Result<Option<Vec<u8>>> {
+    let Some(f) = man.files.iter().find(|f| f.name == name) else { return Ok(None) };
+    let bytes = store.get(&f.key).await?;
+    if bytes.len() != f.bytes || fnv1a64(&bytes) != f.fnv1a64 {
+        return Err(Error::msg(format!(
+            "model {}: {} ({}) is corrupt (size or checksum differs)",
+            man.model, name, f.key
+        )));
+    }
+    Ok(Some(bytes))
 }
 
 /// A stored model as a [`WeightSource`]: each read fetches only the chunks that hold

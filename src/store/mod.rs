@@ -5,8 +5,15 @@
 //!
 //! Headers are parsed once at open; [`Checkpoint::tensor`] copies one tensor out.
 
+pub mod asyncio;
 pub mod chunks;
 mod host;
+#[cfg(target_arch = "wasm32")]
+pub mod idb;
+pub mod import;
+pub mod staged;
+#[cfg(target_arch = "wasm32")]
+pub mod web_files;
 mod write;
 
 pub(crate) use host::decode;

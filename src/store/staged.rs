@@ -1,0 +1,92 @@
+//! Sync reads over an async store: [`StagedChunks`] holds exactly the chunks fetched
+//! (awaited) for the next piece of sync work — a [`ResidentLoader`](crate::model::ResidentLoader)
+//! step, say — so that code written against [`ChunkStore`] (like [`StoreSource`](super::chunks::StoreSource))
+//! runs on IndexedDB's data while host memory holds about one block.
+
+use super::asyncio::AsyncChunkStore;
+use super::chunks::{ChunkStore, Manifest};
+use crate::error::{Error, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// A read-only [`ChunkStore`] of the chunks staged by [`StagedChunks::stage`]; reading a
+/// chunk that was not staged is an error (a bug in the caller's plan, not in the data).
+#[derive(Default)]
+pub struct StagedChunks {
+    map: Mutex<BTreeMap<String, Vec<u8>>>,
+    /// Kept across stages (the manifest).
+    pinned: BTreeSet<String>,
+}
+
+impl StagedChunks {
+    /// Staged chunks that stay: `pinned` keys (fetched by the first [`Self::stage`]).
+    pub fn new(pinned: impl IntoIterator<Item = String>) -> StagedChunks {
+        StagedChunks { map: Mutex::new(BTreeMap::new()), pinned: pinned.into_iter().collect() }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>>> {
+        self.map.lock().map_err(|_| Error::msg("staged chunks: lock poisoned by a panic"))
+    }
+
+    /// Hold exactly `keys` (plus the pinned ones): fetch those missing from `store`, drop the rest.
+    pub async fn stage<S: AsyncChunkStore>(&self, store: &S, keys: &[String]) -> Result<()> {
+        let want: BTreeSet<&String> = keys.iter().chain(self.pinned.iter()).collect();
+        self.lock()?.retain(|k, _| want.contains(k));
+        for key in want {
+            if self.lock()?.contains_key(key) {
+                continue;
+            }
+            let bytes = store.get(key).await?;
+            self.lock()?.insert(key.clone(), bytes);
+        }
+        Ok(())
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.map.lock().map(|m| m.values().map(Vec::len).sum()).unwrap_or(0)
+    }
+}
+
+impl ChunkStore for StagedChunks {
+    fn put(&self, key: &str, _bytes: &[u8]) -> Result<()> {
+        Err(Error::msg(format!("staged chunks: {key}: read-only")))
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        self.lock()?.get(key).cloned().ok_or_else(|| Error::msg(format!("staged chunks: {key}: not staged")))
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        Err(Error::msg(format!("staged chunks: {key}: read-only")))
+    }
+    fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self.lock()?.keys().filter(|k| k.starts_with(prefix)).cloned().collect())
+    }
+}
+
+/// The chunks that hold the bytes of tensors `names` (all of each, or only rows
+/// `rows` = (r0, r1) of a 2-D tensor), by the manifest.
+pub fn chunks_for(man: &Manifest, names: &[String], rows: Option<(usize, usize)>) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for name in names {
+        let t = man
+            .tensors
+            .iter()
+            .find(|t| &t.name == name)
+            .ok_or_else(|| Error::msg(format!("model {}: {name}: not stored", man.model)))?;
+        let total: usize = t.pieces.iter().map(|p| p.len).sum();
+        let (start, end) = match (rows, t.shape.as_slice()) {
+            (Some((r0, r1)), [n, _]) if *n > 0 => (total / n * r0, total / n * r1),
+            (Some(_), _) => return Err(Error::msg(format!("model {}: {name}: not a 2-D table", man.model))),
+            (None, _) => (0, total),
+        };
+        let mut at = 0;
+        for p in &t.pieces {
+            let piece = at..at + p.len;
+            at += p.len;
+            if piece.start < end && start < piece.end && !out.contains(&p.chunk) {
+                out.push(p.chunk.clone());
+            }
+        }
+    }
+    Ok(out)
+}
