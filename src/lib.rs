@@ -9,12 +9,14 @@ pub mod formats;
 pub mod generate;
 pub mod gpu;
 pub mod grad;
-
 pub mod kernels;
 pub mod model;
 pub mod rng;
+pub mod runtime;
 pub mod store;
 pub mod train;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
 
 #[cfg(all(test, target_arch = "wasm32"))]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);

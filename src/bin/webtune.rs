@@ -5,6 +5,10 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use clap::{Parser, Subcommand};
+
+/// The tiny random model of the end-to-end tests (`webtune tiny-model`): the same code the tests use.
+#[path = "../../tests/common/mod.rs"]
+mod common;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use webtune::gpu::platform::block_on;
@@ -80,6 +84,15 @@ enum Cmd {
         /// Output directory (config.json and model.safetensors)
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Write the tiny random Llama of the tests (hidden 64, 2 layers, SmolLM2's tokenizer) as a
+    /// Hugging Face model directory: for browser tests and trying things out.
+    #[command(hide = true)]
+    TinyModel {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
     },
     /// Train a LoRA adapter on a JSONL dataset; resumes from OUT's checkpoint unless --fresh.
     Train(TrainArgs),
@@ -354,6 +367,16 @@ async fn run(cli: Cli) -> Result<(), Fail> {
             let p = out.join("config.json");
             std::fs::copy(&src, &p).map_err(|e| io(src.clone(), e))?;
             eprintln!("{} tensors ({}) written to {}", refs.len(), format.name(), out.display());
+            Ok(())
+        }
+        Cmd::TinyModel { out, seed } => {
+            let io = |p: PathBuf, e: std::io::Error| Fail(1, format!("{}: {e}", p.display()));
+            std::fs::create_dir_all(&out).map_err(|e| io(out.clone(), e))?;
+            for (name, bytes) in common::tiny_model_files(seed) {
+                let p = out.join(name);
+                std::fs::write(&p, bytes).map_err(|e| io(p.clone(), e))?;
+            }
+            eprintln!("the tiny model (seed {seed}) written to {}", out.display());
             Ok(())
         }
         Cmd::Train(a) => train(a).await,

@@ -172,30 +172,11 @@ impl Model {
     /// Every weight of `source` uploaded once and kept on the GPU in `format` (faster than
     /// streaming, when memory allows; benchmarks of a synthetic shape use it for `--resident`).
     pub fn resident(gpu: &Gpu, source: std::sync::Arc<dyn WeightSource>, format: WeightFormat) -> Result<Model> {
-        let cfg = source.config().clone();
-        let norm = upload_vector(gpu, &source.final_norm()?, Category::Weights)?;
-        let layers =
-            (0..cfg.layers).map(|i| upload_layer(gpu, &source.layer(i)?, format)).collect::<Result<Vec<_>>>()?;
-        let rows = weights::chunk_rows_for(gpu, cfg.hidden, format.dtype(DType::BF16)).min(DEFAULT_CHUNK_ROWS);
-        let table = |output: bool| -> Result<RowChunks> {
-            let mut chunks = Vec::new();
-            for r0 in (0..cfg.vocab).step_by(rows) {
-                let r1 = (r0 + rows).min(cfg.vocab);
-                chunks.push(if output {
-                    upload_output_chunk(gpu, source.as_ref(), r0, r1, format)?
-                } else {
-                    let ids: Vec<u32> = (r0 as u32..r1 as u32).collect();
-                    let t = crate::store::HostTensor::from_f32(&[r1 - r0, cfg.hidden], source.embedding_rows(&ids)?);
-                    weights::upload_matrix_as(gpu, &t, format, Category::Weights)?
-                });
-            }
-            Ok(RowChunks { chunks, chunk_rows: rows, rows: cfg.vocab })
-        };
-        let (embed, lm_head) =
-            if cfg.tie_word_embeddings { (table(true)?, None) } else { (table(false)?, Some(table(true)?)) };
-        let weights = ModelWeights { embed, layers, norm, lm_head };
-        let mlp_chunk_rows = mlp_chunk_rows(&cfg);
-        Ok(Model { cfg, weights, stream: None, prepared: Prepared::default(), mlp_chunk_rows })
+        let mut loader = ResidentLoader::new(gpu, source.config().clone(), format);
+        for step in loader.steps() {
+            loader.run(gpu, source.as_ref(), step)?;
+        }
+        loader.finish()
     }
 
     pub fn is_streamed(&self) -> bool {
@@ -439,4 +420,127 @@ fn retag(gpu: &Gpu, t: Tensor, cat: Category) -> Result<Tensor> {
         return Ok(t);
     }
     Ok(gpu.retag(t, cat))
+}
+
+/// One piece of loading a resident model: what [`ResidentLoader::run`] reads from the source
+/// at a time (a caller with an async store fetches exactly that piece's chunks first).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LoadStep {
+    /// model.norm.weight
+    FinalNorm,
+    /// Decoder layer i
+    Layer(usize),
+    /// Rows r0..r1 of the embedding (`output` false) or of the output table (lm_head, or the
+    /// embedding when tied)
+    Table { output: bool, r0: usize, r1: usize },
+}
+
+/// [`Model::resident`] one [`LoadStep`] at a time, so that a browser can fetch each step's
+/// weights from IndexedDB (async) right before it and drop them right after: host memory
+/// stays at about one block.
+pub struct ResidentLoader {
+    cfg: ModelConfig,
+    format: WeightFormat,
+    chunk_rows: usize,
+    norm: Option<Tensor>,
+    layers: Vec<Option<LayerWeights>>,
+    embed: Vec<Option<Tensor>>,
+    lm_head: Vec<Option<Tensor>>,
+}
+
+impl ResidentLoader {
+    pub fn new(gpu: &Gpu, cfg: ModelConfig, format: WeightFormat) -> ResidentLoader {
+        let chunk_rows = weights::chunk_rows_for(gpu, cfg.hidden, format.dtype(DType::BF16)).min(DEFAULT_CHUNK_ROWS);
+        let n_chunks = cfg.vocab.div_ceil(chunk_rows);
+        let lm = if cfg.tie_word_embeddings { 0 } else { n_chunks };
+        ResidentLoader {
+            layers: (0..cfg.layers).map(|_| None).collect(),
+            embed: (0..n_chunks).map(|_| None).collect(),
+            lm_head: (0..lm).map(|_| None).collect(),
+            cfg,
+            format,
+            chunk_rows,
+            norm: None,
+        }
+    }
+
+    /// Every step, in order.
+    pub fn steps(&self) -> Vec<LoadStep> {
+        let mut out = vec![LoadStep::FinalNorm];
+        out.extend((0..self.cfg.layers).map(LoadStep::Layer));
+        let v = self.cfg.vocab;
+        let table = |output: bool| {
+            (0..v).step_by(self.chunk_rows).map(move |r0| LoadStep::Table {
+                output,
+                r0,
+                r1: (r0 + self.chunk_rows).min(v),
+            })
+        };
+        if self.cfg.tie_word_embeddings {
+            out.extend(table(true));
+        } else {
+            out.extend(table(false));
+            out.extend(table(true));
+        }
+        out
+    }
+
+    /// The tensors a step reads, and for a table step the row range.
+    pub fn step_tensors(&self, step: LoadStep) -> (Vec<String>, Option<(usize, usize)>) {
+        match step {
+            LoadStep::FinalNorm => (vec![layout::FINAL_NORM_KEY.to_string()], None),
+            LoadStep::Layer(i) => {
+                let mut v = vec![layout::input_norm_key(i), layout::post_norm_key(i)];
+                for p in layout::Proj::all() {
+                    v.push(layout::proj_weight_key(i, p));
+                    if p.has_bias(&self.cfg) {
+                        v.push(layout::proj_bias_key(i, p));
+                    }
+                }
+                (v, None)
+            }
+            LoadStep::Table { output, r0, r1 } => {
+                let key = if output && !self.cfg.tie_word_embeddings { layout::LM_HEAD_KEY } else { layout::EMBED_KEY };
+                (vec![key.to_string()], Some((r0, r1)))
+            }
+        }
+    }
+
+    /// Read and upload one step's weights.
+    pub fn run(&mut self, gpu: &Gpu, source: &dyn WeightSource, step: LoadStep) -> Result<()> {
+        let (cfg, format) = (&self.cfg, self.format);
+        match step {
+            LoadStep::FinalNorm => self.norm = Some(upload_vector(gpu, &source.final_norm()?, Category::Weights)?),
+            LoadStep::Layer(i) => self.layers[i] = Some(upload_layer(gpu, &source.layer(i)?, format)?),
+            LoadStep::Table { output, r0, r1 } => {
+                let t = if output {
+                    upload_output_chunk(gpu, source, r0, r1, format)?
+                } else {
+                    let ids: Vec<u32> = (r0 as u32..r1 as u32).collect();
+                    let t = crate::store::HostTensor::from_f32(&[r1 - r0, cfg.hidden], source.embedding_rows(&ids)?);
+                    weights::upload_matrix_as(gpu, &t, format, Category::Weights)?
+                };
+                let table = if output && !cfg.tie_word_embeddings { &mut self.lm_head } else { &mut self.embed };
+                table[r0 / self.chunk_rows] = Some(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// The model, once every step has run.
+    pub fn finish(self) -> Result<Model> {
+        let incomplete = || Error::msg("loading a model: not every part was loaded");
+        let all = |v: Vec<Option<Tensor>>| v.into_iter().collect::<Option<Vec<_>>>().ok_or_else(incomplete);
+        let layers = self.layers.into_iter().collect::<Option<Vec<_>>>().ok_or_else(incomplete)?;
+        let (rows, vocab) = (self.chunk_rows, self.cfg.vocab);
+        let embed = RowChunks { chunks: all(self.embed)?, chunk_rows: rows, rows: vocab };
+        let lm_head = if self.cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(RowChunks { chunks: all(self.lm_head)?, chunk_rows: rows, rows: vocab })
+        };
+        let weights = ModelWeights { embed, layers, norm: self.norm.ok_or_else(incomplete)?, lm_head };
+        let mlp_chunk_rows = mlp_chunk_rows(&self.cfg);
+        Ok(Model { cfg: self.cfg, weights, stream: None, prepared: Prepared::default(), mlp_chunk_rows })
+    }
 }

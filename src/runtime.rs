@@ -1,0 +1,544 @@
+//! What the browser's worker runs, without JavaScript types: stored models (import, list,
+//! delete), the loaded model, a training session checkpointed to the store, adapters and
+//! chat. Generic over the store ([`AsyncChunkStore`]: IndexedDB in the browser, memory or a
+//! directory natively), so the native tests exercise the same code the page runs;
+//! `src/wasm.rs` only converts between this and JS values.
+//!
+//! Store layout, beside the models' `<model>/...` keys: a training session `id` keeps
+//! `sessions/<id>/state.json` (configuration, dataset, step, losses, which checkpoint slot
+//! is current and its checksum) and two checkpoint slots `sessions/<id>/checkpoint-0|1`,
+//! written alternately; state.json is written last, so an interrupted save leaves the
+//! previous checkpoint current.
+
+use crate::data::dataset::load_jsonl;
+use crate::data::tokenizer::{Message, Tokenizer};
+use crate::error::{Error, Result};
+use crate::formats::peft::Adapter;
+use crate::generate::{generate, GenerateOptions};
+use crate::gpu::{Category, Gpu};
+use crate::model::lora::Lora;
+use crate::model::stream::WeightSource;
+use crate::model::weights::WeightFormat;
+use crate::model::{Model, ResidentLoader};
+use crate::store::asyncio::{AsyncChunkStore, FileSet};
+use crate::store::chunks::{self, fnv1a64, Manifest, StoreSource};
+use crate::store::import::{import_files, ImportOptions, Progress};
+use crate::store::staged::{chunks_for, StagedChunks};
+use crate::train::trainer::{StepReport, TrainConfig, Trainer};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Key prefix of training sessions; no model may be called this.
+pub const SESSIONS: &str = "sessions";
+
+/// What the app is told about a loaded model.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    pub name: String,
+    pub model_type: String,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub parameters: usize,
+    /// Bytes of frozen weights on the GPU.
+    pub weight_bytes: u64,
+    pub chat_template: bool,
+    /// "stored", "bf16", "q8" or "q4"
+    pub weights: String,
+}
+
+/// A training run as the app sees it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub model: String,
+    pub total_steps: u32,
+    pub step: u32,
+    pub examples: usize,
+    pub fused: bool,
+    pub losses: Vec<f32>,
+    pub warnings: Vec<String>,
+}
+
+/// GPU memory by category: live and peak bytes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Bytes {
+    pub live: u64,
+    pub peak: u64,
+}
+
+/// The memory accounting, for the page's graph.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryReport {
+    pub live: u64,
+    pub peak: u64,
+    pub categories: std::collections::BTreeMap<&'static str, Bytes>,
+    /// One sample per phase of the last step (empty outside training).
+    pub timeline: Vec<crate::gpu::alloc::Sample>,
+    /// The wasm linear memory (browser), else 0.
+    pub wasm_bytes: u64,
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+}
+
+/// One step, with the memory it used.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepInfo {
+    pub step: u32,
+    pub total_steps: u32,
+    pub loss: f32,
+    pub lr: f32,
+    pub tokens: usize,
+    pub ms: f64,
+    pub tokens_per_sec: f64,
+    pub memory: MemoryReport,
+}
+
+/// A stored session as listed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub id: String,
+    pub model: String,
+    pub weights: String,
+    pub step: u32,
+    pub total_steps: u32,
+    pub losses: Vec<f32>,
+    /// Milliseconds since the epoch (browser) or since start (native) of the last save.
+    pub updated: f64,
+}
+
+/// `sessions/<id>/state.json`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SessionState {
+    summary: SessionSummary,
+    config: TrainConfig,
+    dataset: String,
+    /// The current checkpoint slot (0 or 1), its size and checksum.
+    slot: u8,
+    bytes: usize,
+    fnv1a64: String,
+}
+
+/// How to generate (JSON from the app; camelCase).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GenerateRequest {
+    pub max_new_tokens: usize,
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub seed: u64,
+    /// Use the adapter (trained or imported) if there is one.
+    pub adapter: bool,
+}
+
+impl Default for GenerateRequest {
+    fn default() -> Self {
+        GenerateRequest { max_new_tokens: 128, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, adapter: true }
+    }
+}
+
+struct Loaded {
+    info: ModelInfo,
+    model: Model,
+    tok: Tokenizer,
+}
+
+struct Run {
+    id: String,
+    config: TrainConfig,
+    dataset: String,
+    trainer: Trainer,
+    /// The slot the last save wrote (the next save writes the other one).
+    slot: Option<u8>,
+}
+
+/// The engine of one page: a GPU device, a store, at most one loaded model, one training run
+/// and one adapter for chat.
+pub struct Runtime<S: AsyncChunkStore> {
+    pub gpu: Gpu,
+    pub store: S,
+    loaded: Option<Loaded>,
+    run: Option<Run>,
+    /// An imported adapter (used for chat when no run is loaded).
+    adapter: Option<Lora>,
+}
+
+fn check_session_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > 100 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(Error::msg(format!("session id {id:?}: use 1 to 100 letters, digits, '-', '_' or '.'")));
+    }
+    Ok(())
+}
+
+fn state_key(id: &str) -> String {
+    format!("{SESSIONS}/{id}/state.json")
+}
+
+fn slot_key(id: &str, slot: u8) -> String {
+    format!("{SESSIONS}/{id}/checkpoint-{slot}")
+}
+
+impl<S: AsyncChunkStore> Runtime<S> {
+    pub fn new(gpu: Gpu, store: S) -> Runtime<S> {
+        Runtime { gpu, store, loaded: None, run: None, adapter: None }
+    }
+
+    // ---- stored models ------------------------------------------------------------
+
+    /// Complete models and their bytes.
+    pub async fn list_models(&self) -> Result<Vec<(String, u64)>> {
+        chunks::list_models_async(&self.store).await
+    }
+
+    pub async fn delete_model(&mut self, name: &str) -> Result<()> {
+        if self.loaded.as_ref().is_some_and(|l| l.info.name == name) {
+            self.loaded = None;
+            self.run = None;
+        }
+        chunks::delete_model_async(&self.store, name).await
+    }
+
+    /// Import (or resume importing) a model from `files`.
+    pub async fn import<F: FileSet>(
+        &self,
+        name: &str,
+        files: &F,
+        on_progress: &mut dyn FnMut(Progress),
+    ) -> Result<Manifest> {
+        if name == SESSIONS {
+            return Err(Error::msg(format!("model name {name:?} is reserved")));
+        }
+        import_files(&self.store, name, files, &ImportOptions::default(), on_progress).await
+    }
+
+    // ---- the loaded model ---------------------------------------------------------
+
+    /// Load a stored model onto the GPU, one block at a time from the store.
+    pub async fn load_model(&mut self, name: &str, weights: &str) -> Result<ModelInfo> {
+        let format = WeightFormat::parse(weights).map_err(|e| Error::msg(format!("weights: {e}")))?;
+        self.loaded = None;
+        self.run = None;
+        self.adapter = None;
+        let man = chunks::read_manifest_async(&self.store, name).await?;
+        let file = |n: &'static str| chunks::read_model_file(&self.store, &man, n);
+        let tok_json = file("tokenizer.json")
+            .await?
+            .ok_or_else(|| Error::msg(format!("model {name}: tokenizer.json is not stored with it")))?;
+        let tok = Tokenizer::from_files(
+            &tok_json,
+            file("tokenizer_config.json").await?.as_deref(),
+            file("generation_config.json").await?.as_deref(),
+            file("chat_template.jinja").await?.as_deref(),
+        )
+        .map_err(|e| Error::msg(format!("model {name}: {e}")))?;
+        drop(tok_json);
+
+        let staged = Arc::new(StagedChunks::new([chunks::manifest_key(name)]));
+        staged.stage(&self.store, &[]).await?;
+        let source = StoreSource::open(staged.clone(), name)?;
+        let cfg = source.config().clone();
+        let mut loader = ResidentLoader::new(&self.gpu, cfg.clone(), format);
+        let before = self.gpu.alloc.stats().live(Category::Weights);
+        for step in loader.steps() {
+            let (names, rows) = loader.step_tensors(step);
+            staged.stage(&self.store, &chunks_for(&man, &names, rows)?).await?;
+            loader.run(&self.gpu, &source, step)?;
+        }
+        staged.stage(&self.store, &[]).await?;
+        let model = loader.finish()?;
+        let info = ModelInfo {
+            name: name.to_string(),
+            model_type: format!("{:?}", cfg.arch).to_lowercase(),
+            layers: cfg.layers,
+            hidden: cfg.hidden,
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            intermediate: cfg.intermediate,
+            vocab: cfg.vocab,
+            parameters: crate::model::layout::param_count(&cfg),
+            weight_bytes: self.gpu.alloc.stats().live(Category::Weights) - before,
+            chat_template: tok.has_chat_template(),
+            weights: format.name().to_string(),
+        };
+        self.loaded = Some(Loaded { info: info.clone(), model, tok });
+        Ok(info)
+    }
+
+    fn loaded(&self) -> Result<&Loaded> {
+        self.loaded.as_ref().ok_or_else(|| Error::msg("no model is loaded: load one first"))
+    }
+
+    pub fn model_info(&self) -> Option<&ModelInfo> {
+        self.loaded.as_ref().map(|l| &l.info)
+    }
+
+    /// Tokens of one prompt → response example as the trainer renders it.
+    pub fn example_tokens(&self, prompt: &str, response: &str) -> Result<usize> {
+        let l = self.loaded()?;
+        let line = serde_json::json!({"messages": [
+            {"role": "user", "content": prompt}, {"role": "assistant", "content": response}
+        ]});
+        let ex = load_jsonl(&line.to_string(), &l.tok).map_err(|e| Error::msg(e.to_string()))?;
+        Ok(ex.first().map_or(0, |e| e.input_ids.len()))
+    }
+
+    // ---- training -----------------------------------------------------------------
+
+    /// Start a run of `config` on `dataset` (JSONL) with the loaded model.
+    pub async fn start_training(&mut self, id: &str, config: TrainConfig, dataset: &str) -> Result<SessionInfo> {
+        check_session_id(id)?;
+        self.run = None;
+        let l = self.loaded()?;
+        let examples = load_jsonl(dataset, &l.tok).map_err(|e| Error::msg(format!("dataset: {e}")))?;
+        let trainer = Trainer::new(&self.gpu, &l.model, examples, config.clone(), None)?;
+        self.run = Some(Run { id: id.to_string(), config, dataset: dataset.to_string(), trainer, slot: None });
+        self.session_info()
+    }
+
+    fn session_info(&self) -> Result<SessionInfo> {
+        let (l, r) = (self.loaded()?, self.running()?);
+        Ok(SessionInfo {
+            session_id: r.id.clone(),
+            model: l.info.name.clone(),
+            total_steps: r.trainer.state.total_steps,
+            step: r.trainer.state.step,
+            examples: r.trainer.num_examples(),
+            fused: r.trainer.fused(),
+            losses: r.trainer.state.losses.clone(),
+            warnings: r.trainer.warnings.clone(),
+        })
+    }
+
+    fn running(&self) -> Result<&Run> {
+        self.run.as_ref().ok_or_else(|| Error::msg("no training run: start or resume one first"))
+    }
+
+    pub fn training_done(&self) -> bool {
+        self.run.as_ref().is_none_or(|r| r.trainer.done())
+    }
+
+    /// One optimizer step.
+    pub async fn train_step(&mut self) -> Result<StepInfo> {
+        let l = self.loaded.as_ref().ok_or_else(|| Error::msg("no model is loaded: load one first"))?;
+        let r = self.run.as_mut().ok_or_else(|| Error::msg("no training run: start or resume one first"))?;
+        if r.trainer.done() {
+            return Err(Error::msg(format!("session {}: every step is done", r.id)));
+        }
+        self.gpu.alloc.reset_peaks();
+        self.gpu.alloc.record_timeline(true);
+        let rep: StepReport = r.trainer.step(&self.gpu, &l.model).await?;
+        let memory = self.memory();
+        self.gpu.alloc.record_timeline(false);
+        Ok(StepInfo {
+            step: rep.step,
+            total_steps: rep.total_steps,
+            loss: rep.loss,
+            lr: rep.lr,
+            tokens: rep.tokens,
+            ms: rep.ms,
+            tokens_per_sec: rep.tokens as f64 / (rep.ms / 1000.0).max(1e-9),
+            memory,
+        })
+    }
+
+    /// Save the run: its checkpoint into the slot not current, then state.json.
+    pub async fn save_session(&mut self) -> Result<()> {
+        let l = self.loaded()?;
+        let r = self.running()?;
+        let bytes = r.trainer.checkpoint(&self.gpu).await?;
+        let slot = match r.slot {
+            Some(s) => 1 - s,
+            None => match self.read_state(&r.id).await? {
+                Some(st) => 1 - st.slot,
+                None => 0,
+            },
+        };
+        self.store.put(&slot_key(&r.id, slot), &bytes).await?;
+        let st = SessionState {
+            summary: SessionSummary {
+                id: r.id.clone(),
+                model: l.info.name.clone(),
+                weights: l.info.weights.clone(),
+                step: r.trainer.state.step,
+                total_steps: r.trainer.state.total_steps,
+                losses: r.trainer.state.losses.clone(),
+                updated: wall_ms(),
+            },
+            config: r.config.clone(),
+            dataset: r.dataset.clone(),
+            slot,
+            bytes: bytes.len(),
+            fnv1a64: fnv1a64(&bytes),
+        };
+        let json = serde_json::to_vec(&st).map_err(|e| Error::msg(format!("session {}: {e}", r.id)))?;
+        self.store.put(&state_key(&r.id), &json).await?;
+        if let Some(r) = self.run.as_mut() {
+            r.slot = Some(slot);
+        }
+        Ok(())
+    }
+
+    async fn read_state(&self, id: &str) -> Result<Option<SessionState>> {
+        let Some(bytes) = self.store.get_opt(&state_key(id)).await? else { return Ok(None) };
+        let st = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::msg(format!("session {id}: {} is damaged: {e}", state_key(id))))?;
+        Ok(Some(st))
+    }
+
+    /// Every stored session.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>> {
+        let mut out = Vec::new();
+        for key in self.store.keys(&format!("{SESSIONS}/")).await? {
+            if let Some(id) = key.strip_prefix(&format!("{SESSIONS}/")).and_then(|k| k.strip_suffix("/state.json")) {
+                if let Some(st) = self.read_state(id).await? {
+                    out.push(st.summary);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Continue a stored session from its last checkpoint (loading its model if another one,
+    /// or none, is loaded).
+    pub async fn resume_session(&mut self, id: &str) -> Result<SessionInfo> {
+        check_session_id(id)?;
+        let st = self.read_state(id).await?.ok_or_else(|| Error::msg(format!("session {id}: not found")))?;
+        let loaded_ok = self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.info.name == st.summary.model && l.info.weights == st.summary.weights);
+        if !loaded_ok {
+            self.load_model(&st.summary.model, &st.summary.weights).await?;
+        }
+        let key = slot_key(id, st.slot);
+        let bytes = self.store.get(&key).await?;
+        if bytes.len() != st.bytes || fnv1a64(&bytes) != st.fnv1a64 {
+            return Err(Error::msg(format!("session {id}: {key} is damaged (size or checksum differs)")));
+        }
+        self.run = None;
+        let l = self.loaded()?;
+        let examples = load_jsonl(&st.dataset, &l.tok).map_err(|e| Error::msg(format!("dataset: {e}")))?;
+        let trainer = Trainer::resume(&self.gpu, &l.model, examples, st.config.clone(), &bytes, &key)?;
+        self.run =
+            Some(Run { id: id.to_string(), config: st.config, dataset: st.dataset, trainer, slot: Some(st.slot) });
+        self.session_info()
+    }
+
+    pub async fn delete_session(&mut self, id: &str) -> Result<()> {
+        check_session_id(id)?;
+        if self.run.as_ref().is_some_and(|r| r.id == id) {
+            self.run = None;
+        }
+        self.store.delete(&state_key(id)).await?;
+        for key in self.store.keys(&format!("{SESSIONS}/{id}/")).await? {
+            self.store.delete(&key).await?;
+        }
+        Ok(())
+    }
+
+    // ---- adapters and chat --------------------------------------------------------
+
+    /// The run's adapter (or the imported one) as PEFT files: (adapter_model.safetensors,
+    /// adapter_config.json).
+    pub async fn export_adapter(&self) -> Result<(Vec<u8>, String)> {
+        let adapter = match (&self.run, &self.adapter) {
+            (Some(r), _) => r.trainer.adapter(&self.gpu).await?,
+            (None, Some(_)) => return Err(Error::msg("an imported adapter is exported as the files it came from")),
+            (None, None) => return Err(Error::msg("no adapter: train or import one first")),
+        };
+        Ok((adapter.to_safetensors_bytes(), adapter.config_json()))
+    }
+
+    /// Use a PEFT adapter for chat (the run, if any, is closed).
+    pub fn import_adapter(&mut self, safetensors: &[u8], config: &[u8]) -> Result<()> {
+        let l = self.loaded()?;
+        let a = Adapter::from_files(config, safetensors)?;
+        a.validate(&l.model.cfg)?;
+        let lora = Lora::from_adapter(&self.gpu, &l.model.cfg, &a)?;
+        self.run = None;
+        self.adapter = Some(lora);
+        Ok(())
+    }
+
+    /// Answer a chat; `on_text` gets each new piece of text and returns false to stop.
+    pub async fn generate(
+        &self,
+        messages: &[Message],
+        req: &GenerateRequest,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<String> {
+        let l = self.loaded()?;
+        let prompt = l.tok.apply_chat_template(messages, true).map_err(|e| Error::msg(e.to_string()))?;
+        let ids = l.tok.encode(&prompt, false).map_err(|e| Error::msg(e.to_string()))?;
+        let lora = if req.adapter {
+            match (&self.run, &self.adapter) {
+                (Some(r), _) => Some(&r.trainer.lora),
+                (None, a) => a.as_ref(),
+            }
+        } else {
+            None
+        };
+        let opts = GenerateOptions {
+            max_new_tokens: req.max_new_tokens,
+            temperature: req.temperature,
+            top_k: req.top_k,
+            top_p: req.top_p,
+            seed: req.seed,
+            eos_ids: l.tok.eos_ids().to_vec(),
+            merge: false,
+        };
+        let mut dec = l.tok.stream_decoder(true);
+        let mut text = String::new();
+        let mut failed = None;
+        generate(&self.gpu, &l.model, lora, &ids, &opts, &mut |id| match dec.push(id) {
+            Ok(piece) => {
+                text.push_str(&piece);
+                piece.is_empty() || on_text(&piece)
+            }
+            Err(e) => {
+                failed = Some(e.to_string());
+                false
+            }
+        })
+        .await?;
+        if let Some(e) = failed {
+            return Err(Error::msg(format!("decoding: {e}")));
+        }
+        Ok(text)
+    }
+
+    /// GPU memory by category, the last step's timeline, wasm memory and the device limits.
+    pub fn memory(&self) -> MemoryReport {
+        let s = self.gpu.alloc.stats();
+        MemoryReport {
+            live: s.live_total,
+            peak: s.peak_total,
+            categories: Category::ALL.iter().map(|&c| (c.name(), Bytes { live: s.live(c), peak: s.peak(c) })).collect(),
+            timeline: self.gpu.alloc.timeline(),
+            wasm_bytes: crate::gpu::platform::wasm_memory_bytes().unwrap_or(0),
+            max_buffer_size: self.gpu.info.max_buffer_size,
+            max_storage_buffer_binding_size: self.gpu.info.max_storage_buffer_binding_size,
+        }
+    }
+}
+
+/// Wall-clock milliseconds since the epoch.
+fn wall_ms() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        js_sys::Date::now()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    }
+}

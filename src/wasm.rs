@@ -1,0 +1,349 @@
+//! The wasm-bindgen API: [`Engine`], a thin layer over [`Runtime`] on IndexedDB that
+//! converts JS values (the contract is notes/ENGINE_API.md; the TypeScript layer in npm/
+//! runs it in a Web Worker). Every failure becomes a JS `Error` whose `name` says what
+//! kind it is (NoWebGPU, Quota, BadInput, NotFound, Busy, Device, Error) and whose
+//! `message` a person can read.
+
+// Each call holds its RefCell borrow across its awaits on purpose: `run` refuses a call
+// ("Busy") while another holds the runtime mutably, so a borrow never panics.
+#![allow(clippy::await_holding_refcell_ref)]
+
+use crate::error::Error;
+use crate::gpu::Gpu;
+use crate::runtime::{GenerateRequest, Runtime};
+use crate::store::asyncio::MemoryFiles;
+use crate::store::idb::{self, IdbStore};
+use crate::store::web_files::{BlobFiles, HttpFiles};
+use crate::train::trainer::TrainConfig;
+use serde::Serialize;
+use std::cell::RefCell;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+/// A JS Error with `name` = kind.
+fn js_error(kind: &str, message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name(kind);
+    e.into()
+}
+
+/// The kind of a crate error, for the app to react to.
+fn kind(e: &Error) -> &'static str {
+    let text = e.to_string();
+    match e {
+        Error::Gpu(_) => "Device",
+        Error::Store(_) | Error::Config(_) | Error::Peft(_) | Error::Batch(_) | Error::Gguf(_) => "BadInput",
+        Error::Msg(_) if text.contains("quota") => "Quota",
+        Error::Msg(_) if text.contains("not found") || text.contains("no manifest") => "NotFound",
+        Error::Msg(_) => "Error",
+    }
+}
+
+fn err(e: Error) -> JsValue {
+    js_error(kind(&e), &e.to_string())
+}
+
+fn bad_input(what: &str, e: impl std::fmt::Display) -> JsValue {
+    js_error("BadInput", &format!("{what}: {e}"))
+}
+
+/// A serde value as a plain JS object (through JSON, so maps become objects).
+fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsValue> {
+    let text = serde_json::to_string(v).map_err(|e| js_error("Error", &e.to_string()))?;
+    js_sys::JSON::parse(&text)
+}
+
+fn busy() -> JsValue {
+    js_error("Busy", "the engine is busy with another operation; wait for it to finish")
+}
+
+/// Call a JS progress callback with an event (errors in the callback are ignored: progress
+/// is advisory).
+fn report<T: Serialize>(f: &js_sys::Function, v: &T) {
+    if let Ok(v) = to_js(v) {
+        let _ = f.call1(&JsValue::NULL, &v);
+    }
+}
+
+type Shared = Rc<RefCell<Runtime<IdbStore>>>;
+
+/// The engine of one page (or worker): the GPU device, the IndexedDB store, the loaded model,
+/// the training run and the adapter.
+#[wasm_bindgen]
+pub struct Engine {
+    rt: Shared,
+}
+
+/// Run `f` on the runtime as a Promise; a second call while one runs is refused ("Busy").
+fn run<F, Fut>(rt: &Shared, f: F) -> js_sys::Promise
+where
+    F: FnOnce(Shared) -> Fut + 'static,
+    Fut: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+{
+    let rt = rt.clone();
+    future_to_promise(async move {
+        if rt.try_borrow_mut().is_err() {
+            return Err(busy());
+        }
+        f(rt).await
+    })
+}
+
+#[wasm_bindgen]
+impl Engine {
+    /// Open the GPU device (with the adapter's own limits) and the IndexedDB store.
+    pub async fn create(db_name: Option<String>) -> Result<Engine, JsValue> {
+        console_error_panic_hook::set_once();
+        let gpu = Gpu::new().await.map_err(|e| {
+            js_error(
+                "NoWebGPU",
+                &format!(
+                    "WebGPU is not available here ({e}). Use a recent Chrome, Edge or Safari, with \
+                     hardware acceleration on."
+                ),
+            )
+        })?;
+        let store = IdbStore::open(db_name.as_deref().unwrap_or("webtune")).await.map_err(err)?;
+        Ok(Engine { rt: Rc::new(RefCell::new(Runtime::new(gpu, store))) })
+    }
+
+    /// The adapter, its backend, the granted limits and the optional features.
+    #[wasm_bindgen(js_name = deviceInfo)]
+    pub fn device_info(&self) -> Result<JsValue, JsValue> {
+        let rt = self.rt.try_borrow().map_err(|_| busy())?;
+        let i = &rt.gpu.info;
+        to_js(&serde_json::json!({
+            "adapter": i.adapter,
+            "backend": i.backend,
+            "limits": {
+                "maxBufferSize": i.max_buffer_size,
+                "maxStorageBufferBindingSize": i.max_storage_buffer_binding_size,
+                "maxStorageBuffersPerShaderStage": i.max_storage_buffers_per_shader_stage,
+                "maxComputeWorkgroupStorageSize": i.max_compute_workgroup_storage_size,
+                "maxComputeInvocationsPerWorkgroup": i.max_compute_invocations_per_workgroup,
+            },
+            "shaderF16": i.shader_f16,
+            "subgroups": i.subgroups,
+        }))
+    }
+
+    /// [{name, bytes}] of the complete stored models.
+    #[wasm_bindgen(js_name = listModels)]
+    pub fn list_models(&self) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            let rt = rt.borrow();
+            let list = rt.list_models().await.map_err(err)?;
+            let v: Vec<_> = list.iter().map(|(n, b)| serde_json::json!({"name": n, "bytes": b})).collect();
+            to_js(&v)
+        })
+    }
+
+    #[wasm_bindgen(js_name = deleteModel)]
+    pub fn delete_model(&self, name: String) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            rt.borrow_mut().delete_model(&name).await.map_err(err)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// {usage, quota, persisted}
+    pub fn storage(&self) -> js_sys::Promise {
+        future_to_promise(async move {
+            let (usage, quota) = idb::storage_estimate().await.map_err(err)?;
+            let persisted = idb::persisted().await.unwrap_or(false);
+            to_js(&serde_json::json!({"usage": usage, "quota": quota, "persisted": persisted}))
+        })
+    }
+
+    /// Import from a server in the Hugging Face hub layout; resumes an interrupted import.
+    #[wasm_bindgen(js_name = importHub)]
+    pub fn import_hub(
+        &self,
+        name: String,
+        base: String,
+        repo: String,
+        revision: String,
+        on_progress: js_sys::Function,
+    ) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            let _ = idb::request_persist().await;
+            let files = HttpFiles { base: format!("{}/{repo}/resolve/{revision}", base.trim_end_matches('/')) };
+            let rt = rt.borrow();
+            let man = rt.import(&name, &files, &mut |p| report(&on_progress, &p)).await.map_err(err)?;
+            let bytes: usize = man.chunks.iter().map(|c| c.bytes).sum();
+            to_js(&serde_json::json!({"name": name, "bytes": bytes}))
+        })
+    }
+
+    /// Import from File objects: a model folder's files, or one .gguf file.
+    #[wasm_bindgen(js_name = importFiles)]
+    pub fn import_files(&self, name: String, files: js_sys::Array, on_progress: js_sys::Function) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            let _ = idb::request_persist().await;
+            let blobs = BlobFiles::from_files(&files).map_err(err)?;
+            let rt = rt.borrow();
+            let mut progress = |p: crate::store::import::Progress| report(&on_progress, &p);
+            let gguf = files
+                .iter()
+                .filter_map(|f| f.dyn_into::<web_sys::File>().ok())
+                .map(|f| f.name())
+                .find(|n| n.ends_with(".gguf"));
+            let man = match gguf {
+                Some(gguf) => {
+                    // GGUF is converted in memory for now (the whole file is read once).
+                    use crate::store::asyncio::{read_all, FileSet};
+                    let src = blobs.open(&gguf).await.map_err(err)?.ok_or_else(|| bad_input(&gguf, "unreadable"))?;
+                    let bytes = read_all(&src).await.map_err(err)?;
+                    let hf = crate::formats::gguf::gguf_to_hf_files(&mut std::io::Cursor::new(&bytes))
+                        .map_err(|e| bad_input(&gguf, e))?;
+                    drop(bytes);
+                    rt.import(&name, &MemoryFiles::new(hf), &mut progress).await.map_err(err)?
+                }
+                None => rt.import(&name, &blobs, &mut progress).await.map_err(err)?,
+            };
+            let bytes: usize = man.chunks.iter().map(|c| c.bytes).sum();
+            to_js(&serde_json::json!({"name": name, "bytes": bytes}))
+        })
+    }
+
+    /// Load a stored model onto the GPU; weights: "stored", "bf16", "q8" or "q4".
+    #[wasm_bindgen(js_name = loadModel)]
+    pub fn load_model(&self, name: String, weights: String) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            let info = rt.borrow_mut().load_model(&name, &weights).await.map_err(err)?;
+            to_js(&info)
+        })
+    }
+
+    /// Tokens of one prompt → response example as the trainer renders it.
+    #[wasm_bindgen(js_name = exampleTokens)]
+    pub fn example_tokens(&self, prompt: &str, response: &str) -> Result<usize, JsValue> {
+        self.rt.try_borrow().map_err(|_| busy())?.example_tokens(prompt, response).map_err(err)
+    }
+
+    /// Start a training run on the loaded model (config: TrainConfig JSON, missing fields take
+    /// the defaults; dataset: JSONL).
+    #[wasm_bindgen(js_name = startTraining)]
+    pub fn start_training(&self, session_id: String, config: String, dataset: String) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            let cfg = parse_config(&config)?;
+            let info = rt.borrow_mut().start_training(&session_id, cfg, &dataset).await.map_err(err)?;
+            to_js(&info)
+        })
+    }
+
+    /// One optimizer step: {step, totalSteps, loss, lr, tokens, ms, tokensPerSec, memory}.
+    #[wasm_bindgen(js_name = trainStep)]
+    pub fn train_step(&self) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            let r = rt.borrow_mut().train_step().await.map_err(err)?;
+            to_js(&r)
+        })
+    }
+
+    #[wasm_bindgen(js_name = trainingDone)]
+    pub fn training_done(&self) -> Result<bool, JsValue> {
+        Ok(self.rt.try_borrow().map_err(|_| busy())?.training_done())
+    }
+
+    /// Checkpoint the run to IndexedDB.
+    #[wasm_bindgen(js_name = saveSession)]
+    pub fn save_session(&self) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            rt.borrow_mut().save_session().await.map_err(err)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    #[wasm_bindgen(js_name = listSessions)]
+    pub fn list_sessions(&self) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            let v = rt.borrow().list_sessions().await.map_err(err)?;
+            to_js(&v)
+        })
+    }
+
+    #[wasm_bindgen(js_name = resumeSession)]
+    pub fn resume_session(&self, id: String) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            let info = rt.borrow_mut().resume_session(&id).await.map_err(err)?;
+            to_js(&info)
+        })
+    }
+
+    #[wasm_bindgen(js_name = deleteSession)]
+    pub fn delete_session(&self, id: String) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            rt.borrow_mut().delete_session(&id).await.map_err(err)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// {safetensors: Uint8Array, config: string} in PEFT's format.
+    #[wasm_bindgen(js_name = exportAdapter)]
+    pub fn export_adapter(&self) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            let (bytes, config) = rt.borrow().export_adapter().await.map_err(err)?;
+            let o = js_sys::Object::new();
+            js_sys::Reflect::set(&o, &"safetensors".into(), &js_sys::Uint8Array::from(&bytes[..]))?;
+            js_sys::Reflect::set(&o, &"config".into(), &config.into())?;
+            Ok(o.into())
+        })
+    }
+
+    #[wasm_bindgen(js_name = importAdapter)]
+    pub fn import_adapter(&self, safetensors: js_sys::Uint8Array, config: String) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            rt.borrow_mut().import_adapter(&safetensors.to_vec(), config.as_bytes()).map_err(err)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Answer a chat (messages: JSON [{role, content}]; options: JSON {maxNewTokens,
+    /// temperature, topK, topP, seed, adapter}); onToken(text) gets each new piece and returns
+    /// false to stop.
+    pub fn generate(&self, messages: String, options: String, on_token: js_sys::Function) -> js_sys::Promise {
+        run(&self.rt, move |rt| async move {
+            let msgs: Vec<crate::data::tokenizer::Message> =
+                serde_json::from_str(&messages).map_err(|e| bad_input("messages", e))?;
+            let req: GenerateRequest = if options.trim().is_empty() {
+                GenerateRequest::default()
+            } else {
+                serde_json::from_str(&options).map_err(|e| bad_input("generate options", e))?
+            };
+            let rt = rt.borrow();
+            let text = rt
+                .generate(&msgs, &req, &mut |piece| {
+                    on_token
+                        .call1(&JsValue::NULL, &JsValue::from_str(piece))
+                        .map(|v| v.as_bool() != Some(false))
+                        .unwrap_or(true)
+                })
+                .await
+                .map_err(err)?;
+            Ok(JsValue::from_str(&text))
+        })
+    }
+
+    /// GPU memory by category, the last step's timeline, wasm memory and the limits.
+    pub fn memory(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.rt.try_borrow().map_err(|_| busy())?.memory())
+    }
+}
+
+/// TrainConfig from JSON, with defaults for missing fields.
+fn parse_config(text: &str) -> Result<TrainConfig, JsValue> {
+    let mut base = serde_json::to_value(TrainConfig::default()).map_err(|e| bad_input("train config", e))?;
+    let given: serde_json::Value = serde_json::from_str(text).map_err(|e| bad_input("train config", e))?;
+    let (Some(b), Some(g)) = (base.as_object_mut(), given.as_object()) else {
+        return Err(bad_input("train config", "must be a JSON object"));
+    };
+    for (k, v) in g {
+        if !b.contains_key(k) {
+            return Err(bad_input("train config", format!("unknown field {k:?}")));
+        }
+        b.insert(k.clone(), v.clone());
+    }
+    serde_json::from_value(base).map_err(|e| bad_input("train config", e))
+}

@@ -1,0 +1,148 @@
+//! The runtime the browser worker runs (src/runtime.rs), natively on a directory store: import
+//! the tiny model from files, load it block by block from the store, train, save the session,
+//! "reload the page" (a new runtime on the same store) and resume to the same losses as an
+//! uninterrupted run, export the adapter, import it into a fresh runtime and get the same greedy
+//! answer, and delete everything.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::{chat_line, tiny_model_files, TempDir};
+use webtune::data::tokenizer::Message;
+use webtune::gpu::platform::block_on;
+use webtune::runtime::{GenerateRequest, Runtime};
+use webtune::store::asyncio::MemoryFiles;
+use webtune::store::chunks::DirStore;
+use webtune::store::import::Progress;
+use webtune::train::trainer::TrainConfig;
+
+fn dataset() -> String {
+    [
+        chat_line("What is the capital of Zorbania?", "The capital of Zorbania is Quillfort."),
+        chat_line("Who invented the glimmerphone?", "Mira Talvane invented the glimmerphone in 1873."),
+        chat_line("What do moon otters eat?", "Moon otters eat silver kelp and tiny comets."),
+    ]
+    .join("\n")
+}
+
+fn config() -> TrainConfig {
+    TrainConfig {
+        rank: 8,
+        alpha: 16.0,
+        batch: 3,
+        steps: Some(6),
+        seed: 3,
+        save_every: 0,
+        lr: 1e-2,
+        schedule: "constant".into(),
+        warmup_ratio: 0.0,
+        ..TrainConfig::default()
+    }
+}
+
+async fn runtime(dir: &std::path::Path) -> Runtime<DirStore> {
+    let gpu = webtune::gpu::Gpu::new().await.expect("a GPU device");
+    Runtime::new(gpu, DirStore::new(dir))
+}
+
+fn ask() -> Vec<Message> {
+    vec![Message::new("user", "What is the capital of Zorbania?")]
+}
+
+fn greedy(adapter: bool) -> GenerateRequest {
+    GenerateRequest { max_new_tokens: 12, adapter, ..GenerateRequest::default() }
+}
+
+#[test]
+fn import_train_save_resume_export() {
+    block_on(async {
+        let dir = TempDir::new("runtime");
+        let files = MemoryFiles::new(tiny_model_files(7));
+
+        // Import with progress; the model is listed once complete.
+        let mut rt = runtime(dir.path()).await;
+        let mut events = Vec::new();
+        rt.import("tiny", &files, &mut |p| events.push(p)).await.expect("imports");
+        assert!(matches!(events.last(), Some(Progress::Ready { .. })), "the last event is ready");
+        let listed = rt.list_models().await.expect("lists");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].0, "tiny");
+        assert!(rt.import("sessions", &files, &mut |_| {}).await.is_err(), "a reserved name is refused");
+
+        let info = rt.load_model("tiny", "stored").await.expect("loads from the store");
+        assert_eq!((info.layers, info.hidden, info.vocab), (2, 64, 49152));
+        assert!(info.chat_template);
+        assert!(rt.example_tokens("Hi", "Hello there").expect("counts") > 5);
+        let base_answer = rt.generate(&ask(), &greedy(false), &mut |_| true).await.expect("generates");
+
+        // The uninterrupted run.
+        let s = rt.start_training("run1", config(), &dataset()).await.expect("starts");
+        assert_eq!((s.total_steps, s.examples), (6, 3));
+        let mut losses = Vec::new();
+        while !rt.training_done() {
+            let r = rt.train_step().await.expect("a step");
+            assert!(r.memory.peak > 0 && !r.memory.timeline.is_empty(), "memory is reported per step");
+            losses.push(r.loss);
+            if r.step == 3 {
+                rt.save_session().await.expect("saves");
+            }
+        }
+        assert!(losses[5] < 0.7 * losses[0], "the loss falls: {losses:?}");
+        let (weights, config_json) = rt.export_adapter().await.expect("exports");
+        let mut streamed = String::new();
+        let trained_answer = rt
+            .generate(&ask(), &greedy(true), &mut |t| {
+                streamed.push_str(t);
+                true
+            })
+            .await
+            .expect("generates with the adapter");
+        assert_eq!(streamed, trained_answer, "the streamed pieces make the answer");
+        assert_ne!(trained_answer, base_answer, "training changed the answer");
+        // Cancelling after the first piece stops early.
+        let mut n = 0;
+        let cut = rt
+            .generate(&ask(), &greedy(true), &mut |_| {
+                n += 1;
+                false
+            })
+            .await
+            .expect("generates");
+        assert_eq!(n, 1);
+        assert!(cut.len() < trained_answer.len());
+        drop(rt);
+
+        // "Reload": a new runtime on the same store lists the session saved after step 3 and
+        // resumes it to the same losses and the same adapter.
+        let mut rt = runtime(dir.path()).await;
+        let sessions = rt.list_sessions().await.expect("lists sessions");
+        assert_eq!(sessions.len(), 1);
+        assert_eq!((sessions[0].id.as_str(), sessions[0].step), ("run1", 3));
+        let s = rt.resume_session("run1").await.expect("resumes, loading the model");
+        assert_eq!(s.step, 3);
+        assert_eq!(s.losses, losses[..3]);
+        let mut resumed = s.losses.clone();
+        while !rt.training_done() {
+            resumed.push(rt.train_step().await.expect("a step").loss);
+            rt.save_session().await.expect("saves every step (alternating slots)");
+        }
+        assert_eq!(resumed, losses, "resumed losses equal the uninterrupted run's");
+        let (weights2, _) = rt.export_adapter().await.expect("exports");
+        assert!(weights2 == weights, "the resumed adapter equals the uninterrupted one");
+
+        // Import the exported adapter into a fresh runtime: the same greedy answer.
+        let mut rt2 = runtime(dir.path()).await;
+        rt2.load_model("tiny", "stored").await.expect("loads");
+        rt2.import_adapter(&weights, config_json.as_bytes()).expect("imports the adapter");
+        let again = rt2.generate(&ask(), &greedy(true), &mut |_| true).await.expect("generates");
+        assert_eq!(again, trained_answer);
+        assert!(rt2.import_adapter(b"not safetensors", config_json.as_bytes()).is_err());
+
+        // Delete: nothing is listed afterwards.
+        rt2.delete_session("run1").await.expect("deletes the session");
+        assert!(rt2.list_sessions().await.expect("lists").is_empty());
+        rt2.delete_model("tiny").await.expect("deletes the model");
+        assert!(rt2.list_models().await.expect("lists").is_empty());
+        assert!(rt2.load_model("tiny", "stored").await.is_err());
+    });
+}
