@@ -1,0 +1,258 @@
+// The dedicated module worker that owns the wasm Engine (notes/ENGINE_API.md): it answers the
+// client's requests (protocol.ts), runs one GPU operation at a time in the order asked, and
+// drives the training loop, which lets queued requests (a chat, an export) run between steps.
+
+import init, { Engine } from '../wasm/webtune.js';
+import type {
+  DeviceInfo,
+  MemoryReport,
+  ModelInfo,
+  ProgressEvent,
+  SessionInfo,
+  SessionSummary,
+  StepReport,
+  StorageInfo,
+  StoredModel,
+  TrainResult,
+} from './types.js';
+import { ERROR_NAMES, type ErrorData, type FromWorker, type Methods, type Request } from './protocol.js';
+
+/** The Engine as the contract types it (wasm-bindgen declares its promises as `any`). */
+interface EngineApi {
+  deviceInfo(): DeviceInfo;
+  listModels(): Promise<StoredModel[]>;
+  deleteModel(name: string): Promise<void>;
+  storage(): Promise<StorageInfo>;
+  importHub(name: string, base: string, repo: string, revision: string, onProgress: (e: ProgressEvent) => void): Promise<StoredModel>;
+  importFiles(name: string, files: File[], onProgress: (e: ProgressEvent) => void): Promise<StoredModel>;
+  loadModel(name: string, weights: string): Promise<ModelInfo>;
+  exampleTokens(prompt: string, response: string): number;
+  startTraining(sessionId: string, config: string, dataset: string): Promise<SessionInfo>;
+  trainStep(): Promise<StepReport>;
+  trainingDone(): boolean;
+  saveSession(): Promise<void>;
+  listSessions(): Promise<SessionSummary[]>;
+  resumeSession(id: string): Promise<SessionInfo>;
+  deleteSession(id: string): Promise<void>;
+  exportAdapter(): Promise<{ safetensors: Uint8Array; config: string }>;
+  importAdapter(safetensors: Uint8Array, config: string): Promise<void>;
+  generate(messages: string, options: string, onToken: (text: string) => boolean): Promise<string>;
+  memory(): MemoryReport;
+}
+
+const scope = globalThis as unknown as DedicatedWorkerGlobalScope;
+const post = (m: FromWorker, transfer: Transferable[] = []) => scope.postMessage(m, transfer);
+
+class Failure extends Error {
+  constructor(name: ErrorData['name'], message: string) {
+    super(message);
+    this.name = name;
+  }
+}
+
+let engine: EngineApi | null = null;
+
+// ---- one GPU operation at a time ---------------------------------------------------------
+
+let tail: Promise<unknown> = Promise.resolve();
+
+/** Run `f` on the engine after every operation queued before it. */
+function gpu<T>(f: (e: EngineApi) => T | Promise<T>): Promise<T> {
+  const op = tail.then(() => {
+    if (!engine) throw new Failure('Error', 'the engine is not open');
+    return f(engine);
+  });
+  tail = op.catch(() => undefined);
+  return op;
+}
+
+// ---- the training loop -----------------------------------------------------------------
+
+interface Run {
+  sessionId: string;
+  step: number;
+  totalSteps: number;
+  losses: number[];
+  saveEvery: number;
+  /** Whether the engine's state is in the store as of `step`. */
+  saved: boolean;
+  /** What the loop is asked to do after the current step. */
+  want: 'run' | 'pause' | 'stop';
+  /** The loop, while it runs. */
+  loop: Promise<TrainResult> | null;
+}
+
+/** The engine's run, as far as this worker knows (null when the engine has none). */
+let run: Run | null = null;
+
+function newRun(info: SessionInfo, saveEvery: number, saved: boolean): Run {
+  const losses = [...info.losses];
+  return { sessionId: info.sessionId, step: info.step, totalSteps: info.totalSteps, losses, saveEvery, saved, want: 'run', loop: null };
+}
+
+function startLoop(r: Run, id: number): Promise<TrainResult> {
+  r.want = 'run';
+  r.loop = loop(r, id).finally(() => {
+    r.loop = null;
+  });
+  return r.loop;
+}
+
+async function loop(r: Run, id: number): Promise<TrainResult> {
+  let done = await gpu((e) => e.trainingDone());
+  while (r.want === 'run' && !done) {
+    // Each step is its own queued operation, so requests that came meanwhile go first.
+    const [rep, finished] = await gpu(async (e) => {
+      const rep = await e.trainStep();
+      return [rep, e.trainingDone()] as const;
+    });
+    done = finished;
+    r.step = rep.step;
+    r.totalSteps = rep.totalSteps;
+    r.losses.push(rep.loss);
+    r.saved = false;
+    post({ event: 'step', id, data: rep });
+    if (r.saveEvery > 0 && rep.step % r.saveEvery === 0 && !done) {
+      await gpu((e) => e.saveSession());
+      r.saved = true;
+    }
+  }
+  const reason = done ? 'done' : r.want === 'stop' ? 'stopped' : 'paused';
+  if (reason !== 'stopped' && !r.saved) {
+    await gpu((e) => e.saveSession());
+    r.saved = true;
+  }
+  return { sessionId: r.sessionId, reason, step: r.step, totalSteps: r.totalSteps, losses: [...r.losses], saved: r.saved };
+}
+
+function busyTraining(): Failure {
+  return new Failure('Busy', `run ${run?.sessionId} is training: pause or stop it first`);
+}
+
+// ---- the requests --------------------------------------------------------------------------
+
+/** Generations that may still be cancelled, and those that were. */
+const generating = new Set<number>();
+const cancelled = new Set<number>();
+
+type Handlers = { [M in keyof Methods]: (id: number, ...args: Methods[M]['args']) => Promise<Methods[M]['result']> };
+
+const handlers: Handlers = {
+  async open(_id, dbName) {
+    if (!engine) {
+      await init();
+      engine = (await Engine.create(dbName)) as unknown as EngineApi;
+    }
+    return gpu((e) => e.deviceInfo());
+  },
+  deviceInfo: () => gpu((e) => e.deviceInfo()),
+  listModels: () => gpu((e) => e.listModels()),
+  deleteModel: (_id, name) => gpu((e) => e.deleteModel(name)),
+  storage: () => gpu((e) => e.storage()),
+  importHub: (id, name, base, repo, revision) =>
+    gpu((e) => e.importHub(name, base, repo, revision, (data) => post({ event: 'progress', id, data }))),
+  importFiles: (id, name, files) => gpu((e) => e.importFiles(name, files, (data) => post({ event: 'progress', id, data }))),
+  async loadModel(_id, name, weights) {
+    if (run?.loop) throw busyTraining();
+    const info = await gpu((e) => e.loadModel(name, weights));
+    run = null; // loading a model closes the engine's run
+    return info;
+  },
+  exampleTokens: (_id, prompt, response) => gpu((e) => e.exampleTokens(prompt, response)),
+
+  async train(id, req) {
+    if (run?.loop) throw busyTraining();
+    const info = await gpu((e) => e.startTraining(req.sessionId, req.config, req.dataset));
+    post({ event: 'session', id, data: info });
+    run = newRun(info, req.saveEvery, false);
+    return startLoop(run, id);
+  },
+  async pause() {
+    if (!run?.loop) return null;
+    if (run.want === 'run') run.want = 'pause';
+    return run.loop;
+  },
+  async resume(id, sessionId, saveEvery) {
+    const want = sessionId ?? run?.sessionId;
+    if (!want) throw new Failure('BadInput', 'no run to resume: name a stored session');
+    if (run?.loop) {
+      if (run.sessionId !== want) throw busyTraining();
+      run.want = 'run'; // a pause asked for and not yet taken is called off
+      return run.loop;
+    }
+    if (run?.sessionId !== want) {
+      const info = await gpu((e) => e.resumeSession(want));
+      post({ event: 'session', id, data: info });
+      run = newRun(info, saveEvery ?? run?.saveEvery ?? 50, true);
+    } else if (saveEvery !== null) {
+      run.saveEvery = saveEvery;
+    }
+    return startLoop(run, id);
+  },
+  async stop() {
+    if (!run?.loop) return;
+    run.want = 'stop';
+    await run.loop.catch(() => undefined);
+  },
+  listSessions: () => gpu((e) => e.listSessions()),
+  async resumeSession(id, sessionId) {
+    if (run?.loop) throw busyTraining();
+    const info = await gpu((e) => e.resumeSession(sessionId));
+    post({ event: 'session', id, data: info });
+    run = newRun(info, run?.saveEvery ?? 50, true);
+    return info;
+  },
+  async deleteSession(_id, sessionId) {
+    if (run?.loop && run.sessionId === sessionId) throw busyTraining();
+    await gpu((e) => e.deleteSession(sessionId));
+    if (run?.sessionId === sessionId) run = null;
+  },
+  exportAdapter: () => gpu((e) => e.exportAdapter()),
+  async importAdapter(_id, safetensors, config) {
+    if (run?.loop) throw busyTraining();
+    await gpu((e) => e.importAdapter(safetensors, config));
+    run = null; // the engine closes its run for the imported adapter
+  },
+  async generate(id, messages, options) {
+    generating.add(id);
+    try {
+      return await gpu((e) => {
+        if (cancelled.has(id)) return '';
+        return e.generate(messages, options, (data) => {
+          post({ event: 'token', id, data });
+          return !cancelled.has(id);
+        });
+      });
+    } finally {
+      generating.delete(id);
+      cancelled.delete(id);
+    }
+  },
+  async cancel(_id, requestId) {
+    if (generating.has(requestId)) cancelled.add(requestId);
+  },
+  memory: () => gpu((e) => e.memory()),
+};
+
+function errorData(e: unknown): ErrorData {
+  if (e instanceof Error) {
+    const known = (ERROR_NAMES as readonly string[]).includes(e.name);
+    if (known) return { name: e.name as ErrorData['name'], message: e.message };
+    // A wasm trap (a Rust panic) or a JS error of the glue.
+    return { name: 'Error', message: `${e.name}: ${e.message}` };
+  }
+  return { name: 'Error', message: String(e) };
+}
+
+scope.onmessage = async (ev: MessageEvent<Request>) => {
+  const { id, method, args } = ev.data;
+  const handler = handlers[method] as (id: number, ...a: unknown[]) => Promise<unknown>;
+  try {
+    if (!handler) throw new Failure('BadInput', `unknown method ${String(method)}`);
+    const result = await handler(id, ...args);
+    const bytes = method === 'exportAdapter' ? (result as Methods['exportAdapter']['result']).safetensors : null;
+    post({ id, ok: true, result }, bytes ? [bytes.buffer as ArrayBuffer] : []);
+  } catch (e) {
+    post({ id, ok: false, error: errorData(e) });
+  }
+};

@@ -1,0 +1,282 @@
+// The npm package `webtune` in headless Chromium (WebGPU on SwiftShader), through its example
+// app (examples/vite-app, built against target/npm/webtune-0.1.0.tgz):
+//
+//  1. the app imports the tiny random model (`webtune tiny-model`) from this script's server in
+//     the hub layout (/tiny/model/resolve/main/<file>, Range requests counted), loads it, trains
+//     20 steps and answers greedily: the import used Range requests, the model is listed, the
+//     last loss is below 0.7 × the first, an answer came back, no page errors;
+//  2. the client's own API through window.__webtune: pause after step 2 (saved, listed), a
+//     cut and an aborted answer, resume in memory and pause again, close the client and resume
+//     the stored run in a new worker (as after a reload) with a chat answered between steps,
+//     export and import of the adapter (same greedy answer), a NotFound error, memory().
+//
+//   node tests/browser/run.mjs [--no-build] [--steps 20] [--out target/screenshots]
+//
+// scripts/test-browser-app.sh builds the package and the CLI first. --no-build skips the
+// example app's npm install and vite build. Prints one line per check, the losses, the time per
+// step and the answer; exits non-zero on the first failure.
+
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import sirv from 'sirv';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+};
+const STEPS = Number(arg('steps', '20'));
+const OUT = path.resolve(root, arg('out', 'target/screenshots'));
+const app = path.join(root, 'examples/vite-app');
+const t0 = Date.now();
+
+let passed = 0;
+function ok(what, cond, detail = '') {
+  const s = ((Date.now() - t0) / 1000).toFixed(1).padStart(6);
+  console.log(`[${s}s] ${cond ? 'ok  ' : 'FAIL'} ${what}${detail ? ` (${detail})` : ''}`);
+  if (!cond) throw new Error(`check failed: ${what}`);
+  passed++;
+}
+const note = (msg) => console.log(`         ${msg}`);
+
+// ---- the tiny model, written by the CLI -------------------------------------------------------
+const cli = ['target/release/webtune', 'target/debug/webtune']
+  .map((p) => path.join(root, p))
+  .filter((p) => fs.existsSync(p))
+  .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs)[0];
+if (!cli) throw new Error('no webtune CLI: cargo build --release --bin webtune');
+const tiny = path.join(root, 'target/browser/tiny');
+const weights = path.join(tiny, 'model.safetensors');
+if (!fs.existsSync(weights) || fs.statSync(cli).mtimeMs > fs.statSync(weights).mtimeMs) {
+  fs.rmSync(tiny, { recursive: true, force: true });
+  execFileSync(cli, ['tiny-model', '--out', tiny], { stdio: 'inherit' });
+}
+
+// ---- the example app, against the packed tarball ----------------------------------------------
+if (!process.argv.includes('--no-build')) {
+  const tarball = path.join(root, 'target/npm/webtune-0.1.0.tgz');
+  if (!fs.existsSync(tarball)) throw new Error(`${tarball} is missing: bash scripts/build-npm.sh`);
+  const run = (cmd, args) => execFileSync(cmd, args, { cwd: app, stdio: ['ignore', 'inherit', 'inherit'] });
+  // A rebuilt tarball has the same version: drop the installed copy so npm unpacks the new one.
+  fs.rmSync(path.join(app, 'node_modules/webtune'), { recursive: true, force: true });
+  run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error']);
+  run('npx', ['tsc', '--noEmit']);
+  run('npx', ['vite', 'build', '--logLevel', 'warn']);
+}
+const dist = path.join(app, 'dist');
+if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error(`${dist}/index.html is missing`);
+
+// ---- one server: the app, and the model in the hub layout with Range requests ------------------
+const REPO = 'tiny/model';
+const hubRequests = [];
+const OPTIONAL = ['special_tokens_map.json', 'vocab.json', 'merges.txt', 'model.safetensors.index.json'];
+const HUB = /^\/([^/]+\/[^/]+)\/resolve\/[^/]+\/([^/]+)$/;
+
+/** A hub file, answering one byte range ("a-b", "a-", "-n") with 206 as RFC 9110 says. */
+function sendHubFile(req, res, file) {
+  const size = fs.statSync(file).size;
+  let [start, end] = [0, size - 1];
+  res.setHeader('Accept-Ranges', 'bytes');
+  res.setHeader('Content-Type', file.endsWith('.json') ? 'application/json' : 'application/octet-stream');
+  const m = req.headers.range && /^bytes=(\d*)-(\d*)$/.exec(req.headers.range.trim());
+  if (req.headers.range) {
+    if (m && m[1] === '' && m[2] !== '') start = Math.max(0, size - Number(m[2]));
+    else if (m && m[1] !== '') [start, end] = [Number(m[1]), m[2] === '' ? end : Math.min(Number(m[2]), end)];
+    if (!m || (m[1] === '' && m[2] === '') || start > end || start >= size) {
+      res.writeHead(416, { 'Content-Range': `bytes */${size}` });
+      return res.end();
+    }
+    res.statusCode = 206;
+    res.setHeader('Content-Range', `bytes ${start}-${end}/${size}`);
+  }
+  res.setHeader('Content-Length', size === 0 ? 0 : end - start + 1);
+  if (req.method === 'HEAD' || size === 0) return res.end();
+  fs.createReadStream(file, { start, end }).pipe(res);
+}
+
+const page = sirv(dist, { dev: false, etag: true });
+const server = http.createServer((req, res) => {
+  const url = new URL(req.url ?? '/', 'http://x');
+  const m = HUB.exec(url.pathname);
+  if (url.pathname === '/favicon.ico') return res.writeHead(204).end(); // Chromium asks regardless
+  if (!m) return page(req, res, () => res.writeHead(404).end());
+  const rec = { method: req.method, file: m[2], range: req.headers.range ?? null, status: 0 };
+  hubRequests.push(rec);
+  res.on('finish', () => (rec.status = res.statusCode));
+  const file = path.join(tiny, m[2]);
+  if (m[1] !== REPO || m[2].startsWith('.') || !fs.existsSync(file)) return res.writeHead(404).end();
+  sendHubFile(req, res, file);
+});
+await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+const origin = `http://127.0.0.1:${server.address().port}`;
+
+// ---- the browser ------------------------------------------------------------------------------
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: [
+    '--enable-unsafe-webgpu',
+    '--enable-features=Vulkan',
+    '--use-webgpu-adapter=swiftshader',
+    '--no-sandbox',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--no-first-run',
+  ],
+});
+const errors = [];
+let failed = false;
+try {
+  const tab = await browser.newPage({ viewport: { width: 900, height: 800 } });
+  tab.on('pageerror', (e) => errors.push(`pageerror: ${e.message}${process.env.VERBOSE ? ` ${e.stack}` : ''}`));
+  tab.on('console', (m) => {
+    // The import probes for optional files (special_tokens_map.json, vocab.json, merges.txt,
+    // model.safetensors.index.json); Chromium logs each 404 of them as an error.
+    const probe = m.text().startsWith('Failed to load resource') && HUB.test(new URL(m.location().url || 'http://x/').pathname);
+    if (m.type() === 'error' && !probe) errors.push(`console.error: ${m.text()} ${m.location().url ?? ''}`);
+    else if (m.text().startsWith('[webtune-example]') && !m.text().includes('importing')) note(m.text());
+    else if (process.env.VERBOSE) note(`console.${m.type()}: ${m.text()}`);
+  });
+  tab.setDefaultTimeout(15 * 60_000);
+
+  // 1. The example app.
+  const query = new URLSearchParams({ base: origin, repo: REPO, name: 'tiny', steps: String(STEPS), expose: '' });
+  await tab.goto(`${origin}/?${query}`);
+  await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
+  const r = await tab.evaluate(() => window.__result);
+  fs.mkdirSync(OUT, { recursive: true });
+  const shot = path.join(OUT, 'example-app.png');
+  await tab.screenshot({ path: shot, fullPage: true });
+  note(`screenshot ${path.relative(root, shot)}`);
+  ok('the app ran to the end', r.ok, r.ok ? r.device : `${r.error?.name}: ${r.error?.message}`);
+
+  const ranged = hubRequests.filter((q) => q.file === 'model.safetensors' && q.range);
+  if (process.env.VERBOSE) for (const q of hubRequests) note(`${q.method} ${q.file} ${q.range ?? ''} → ${q.status}`);
+  const missing = hubRequests.filter((q) => q.status === 404).map((q) => q.file);
+  ok('only optional files were missing', missing.every((f) => OPTIONAL.includes(f)), missing.join(', '));
+  ok('the import read the weights with Range requests', ranged.length > 0 && ranged.every((q) => q.status === 206),
+    `${hubRequests.length} hub requests, ${ranged.length} ranged: ${ranged.slice(0, 3).map((q) => q.range).join(', ')}${ranged.length > 3 ? ', …' : ''}`);
+  ok('the model is listed', r.models.some((m) => m.name === 'tiny' && m.bytes > 0), JSON.stringify(r.models));
+  ok(`${STEPS} steps ran`, r.losses.length === STEPS && r.run.reason === 'done' && r.run.step === STEPS, `reason ${r.run.reason}`);
+  note(`losses: ${r.losses.map((l) => l.toFixed(3)).join(' ')}`);
+  const mean = r.stepMs.reduce((a, b) => a + b, 0) / r.stepMs.length;
+  const sorted = [...r.stepMs].sort((a, b) => a - b);
+  note(`time per step: mean ${mean.toFixed(0)} ms, median ${sorted[sorted.length >> 1].toFixed(0)} ms, first ${r.stepMs[0].toFixed(0)} ms`);
+  const [first, last] = [r.losses[0], r.losses[r.losses.length - 1]];
+  ok('the loss falls (last < 0.7 × first)', last < 0.7 * first, `${first.toFixed(3)} → ${last.toFixed(3)}`);
+  ok('an answer came back', typeof r.answer === 'string' && r.answer.trim().length > 0, JSON.stringify(r.answer));
+  ok('no page errors so far', errors.length === 0, errors.join(' | '));
+
+  // 2. The client's API, on the same engine.
+  const api = await tab.evaluate(async (question) => {
+    let wt = window.__webtune;
+    const dataset = [
+      ['What is the capital of Zorbania?', 'The capital of Zorbania is Quillfort.'],
+      ['Who invented the glimmerphone?', 'Mira Talvane invented the glimmerphone in 1873.'],
+      ['What do moon otters eat?', 'Moon otters eat silver kelp and tiny comets.'],
+    ].map(([q, a]) => JSON.stringify({ messages: [{ role: 'user', content: q }, { role: 'assistant', content: a }] })).join('\n');
+    const out = { steps: [] };
+    let pausing = null;
+    let started = null;
+    const config = { rank: 4, alpha: 8, seq: 64, batch: 3, steps: 8, lr: 1e-2, schedule: 'constant', warmupRatio: 0 };
+    // Pause asked at step 2 (taken after the step then running).
+    out.paused = await wt.train({ sessionId: 'api', config, dataset, saveEvery: 0 }, {
+      onStart: (s) => (started = s),
+      onStep: (s) => {
+        out.steps.push(s.step);
+        if (s.step === 2) pausing = wt.pause();
+      },
+    });
+    out.started = started;
+    out.pauseResult = await pausing;
+    out.sessions = await wt.listSessions();
+    // An answer cut after its first piece, and one aborted before it began.
+    const pieces = [];
+    out.cut = await wt.generate(question, { maxNewTokens: 24 }, (t) => (pieces.push(t), false));
+    out.pieces = pieces;
+    const ac = new AbortController();
+    ac.abort();
+    out.aborted = await wt.generate(question, { maxNewTokens: 24, signal: ac.signal });
+    // Resume in memory, and pause again.
+    pausing = null;
+    out.paused2 = await wt.resume(undefined, {
+      onStep: (s) => {
+        out.steps.push(s.step);
+        pausing ??= wt.pause();
+      },
+    });
+    out.pause2Result = await pausing;
+    // "Reload": a new worker and engine on the same store resume the saved run; a chat asked
+    // during its first step is answered between steps.
+    wt.close();
+    out.closed = await wt.listModels().then(() => null, (e) => e.message);
+    wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+    let chat = null;
+    out.resumed = await wt.resume('api', {
+      onStart: (s) => (out.reopened = { step: s.step, losses: s.losses.length }),
+      onStep: (s) => {
+        out.steps.push(s.step);
+        chat ??= wt.generate(question, { maxNewTokens: 8 }).then((a) => ({ a, stepsThen: out.steps.length }));
+      },
+    });
+    out.chat = await chat;
+    out.stepsAtEnd = out.steps.length;
+    // Export, then chat with the imported files: the same greedy answer.
+    const files = await wt.exportAdapter();
+    out.adapterBytes = files.model.size;
+    out.adapterConfig = JSON.parse(await files.config.text());
+    out.before = await wt.generate(question, { maxNewTokens: 12 });
+    await wt.importAdapter(files);
+    out.after = await wt.generate(question, { maxNewTokens: 12 });
+    // The run was closed by the import: resume it from the store (it is done).
+    out.stored = await wt.resume('api');
+    out.notFound = await wt.resumeSession('no-such-run').then(() => null, (e) => ({ name: e.name, message: e.message, isError: e instanceof Error }));
+    const mem = await wt.memory();
+    out.memory = { peak: mem.peak, categories: Object.keys(mem.categories) };
+    wt.close();
+    return out;
+  }, r.question);
+
+  const p1 = api.paused.step;
+  ok('train() stopped where pause() asked', api.paused.reason === 'paused' && api.paused.saved && p1 >= 2 && p1 <= 3,
+    `step ${p1} of ${api.paused.totalSteps}, onStart: ${api.started?.totalSteps} steps, ${api.started?.examples} examples`);
+  ok('pause() resolved to the same result', api.pauseResult?.step === p1 && api.pauseResult?.reason === 'paused');
+  const listed = api.sessions.find((s) => s.id === 'api');
+  ok('the paused run is stored', listed?.step === p1 && listed.losses.length === p1, JSON.stringify(listed && { step: listed.step, losses: listed.losses.length }));
+  ok('onToken returning false cut the answer after one piece', api.pieces.length === 1 && api.cut === api.pieces[0], JSON.stringify(api.cut));
+  ok('an aborted signal gives an empty answer', api.aborted === '');
+  const p2 = api.paused2.step;
+  ok('resume() continued the run in memory, and paused again', api.paused2.reason === 'paused' && p2 > p1 && p2 < 8 && api.paused2.losses.length === p2,
+    `step ${p2}`);
+  ok('… and pause() resolved to that result', api.pause2Result?.step === p2 && api.pause2Result.reason === 'paused');
+  ok('a closed client rejects its calls', typeof api.closed === 'string', api.closed);
+  ok('a new worker resumed the stored run where it paused', api.reopened?.step === p2 && api.reopened.losses === p2);
+  ok('… and finished it', api.resumed.reason === 'done' && api.resumed.step === 8 && api.resumed.losses.length === 8 &&
+    api.resumed.losses.slice(0, p2).every((l, i) => l === api.paused2.losses[i]), `steps seen ${api.steps.join(',')}`);
+  ok('a chat asked during training was answered between steps', api.chat && api.chat.stepsThen < api.stepsAtEnd,
+    `answered after step event ${api.chat?.stepsThen} of ${api.stepsAtEnd}: ${JSON.stringify(api.chat?.a)}`);
+  ok('the exported adapter is PEFT LoRA of rank 4', api.adapterBytes > 0 && api.adapterConfig.r === 4,
+    `${api.adapterBytes} bytes, targets ${api.adapterConfig.target_modules}`);
+  ok('the imported adapter answers as the trained one', api.before === api.after && api.before.length > 0, JSON.stringify(api.after));
+  ok('resume(id) of a finished stored run', api.stored.reason === 'done' && api.stored.step === 8 && api.stored.losses.length === 8);
+  ok('a missing session rejects with an Error named NotFound', api.notFound?.name === 'NotFound' && api.notFound.isError,
+    api.notFound && `${api.notFound.name}: ${api.notFound.message}`);
+  ok('memory() reports the categories', api.memory.peak > 0 && api.memory.categories.includes('lora'), api.memory.categories.join(','));
+  ok('no page errors', errors.length === 0, errors.join(' | '));
+  note(`answer: ${JSON.stringify(r.answer)}`);
+} catch (e) {
+  failed = true;
+  console.log(`FAILED: ${e.message}`);
+  for (const err of errors) console.log(`  ${err}`);
+} finally {
+  await browser.close();
+  server.close();
+}
+console.log(`${passed} passed, ${failed ? 1 : 0} failed (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+process.exit(failed ? 1 : 0);
