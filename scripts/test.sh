@@ -24,10 +24,10 @@ stage() {
   echo "=== $1"
 }
 
-stage "1/3 setup (scripts/setup.sh)"
+stage "1/5 setup (scripts/setup.sh)"
 bash scripts/setup.sh
 
-stage "2/3 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan)"
+stage "2/5 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan)"
 cargo test
 # The browser run checks its fixture losses (NATIVE_LOSS lines of grad_fixtures) and its training
 # losses and token ids (NATIVE_TRAIN_LOSS lines of train_browser) against these native ones,
@@ -41,10 +41,20 @@ WEBTUNE_NATIVE_LOSSES=$(
 export WEBTUNE_NATIVE_LOSSES
 echo "native fixture losses: $WEBTUNE_NATIVE_LOSSES"
 
-stage "3/3 browser tests: wasm-pack test --headless --chrome (WebGPU in Chromium)"
+stage "3/5 browser tests: wasm-pack test --headless --chrome (WebGPU in Chromium)"
 # webdriver.json beside Cargo.toml holds Chromium's flags (--enable-unsafe-webgpu ...).
 CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}" WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}" \
   wasm-pack test --headless --chrome
+
+stage "4/5 the npm package and its example app in Chromium (scripts/test-browser-app.sh)"
+# build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack; then the Vite example
+# app installs the tarball and trains the tiny model in a worker (Playwright).
+bash scripts/test-browser-app.sh
+
+stage "5/5 the web page in Chromium (scripts/test-page.sh)"
+# The page serve.sh builds (reusing stage 4's wasm), driven end to end; screenshots in
+# target/screenshots/.
+bash scripts/test-page.sh
 
 stage_end
 echo

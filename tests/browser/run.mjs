@@ -16,7 +16,7 @@
 // example app's npm install and vite build. Prints one line per check, the losses, the time per
 // step and the answer; exits non-zero on the first failure.
 
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -45,16 +45,42 @@ function ok(what, cond, detail = '') {
 const note = (msg) => console.log(`         ${msg}`);
 
 // ---- the tiny model, written by the CLI -------------------------------------------------------
-const cli = ['target/release/webtune', 'target/debug/webtune']
+const cli = ['target/debug/webtune', 'target/release/webtune']
   .map((p) => path.join(root, p))
   .filter((p) => fs.existsSync(p))
   .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs)[0];
-if (!cli) throw new Error('no webtune CLI: cargo build --release --bin webtune');
+if (!cli) throw new Error('no webtune CLI: cargo build --bin webtune');
 const tiny = path.join(root, 'target/browser/tiny');
 const weights = path.join(tiny, 'model.safetensors');
 if (!fs.existsSync(weights) || fs.statSync(cli).mtimeMs > fs.statSync(weights).mtimeMs) {
   fs.rmSync(tiny, { recursive: true, force: true });
   execFileSync(cli, ['tiny-model', '--out', tiny], { stdio: 'inherit' });
+}
+
+// ---- the API run's data and configuration, shared with the native run it is compared to -----
+const API_DATASET = [
+  ['What is the capital of Zorbania?', 'The capital of Zorbania is Quillfort.'],
+  ['Who invented the glimmerphone?', 'Mira Talvane invented the glimmerphone in 1873.'],
+  ['What do moon otters eat?', 'Moon otters eat silver kelp and tiny comets.'],
+].map(([q, a]) => JSON.stringify({ messages: [{ role: 'user', content: q }, { role: 'assistant', content: a }] })).join('\n');
+const API_CONFIG = { rank: 4, alpha: 8, seq: 64, batch: 3, steps: 8, lr: 1e-2, schedule: 'constant', warmupRatio: 0 };
+
+/** The same run natively (`webtune train`, wgpu on Vulkan): its losses, one per step. */
+function nativeLosses() {
+  const dir = path.join(root, 'target/browser/native-api');
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  const data = path.join(dir, 'data.jsonl');
+  fs.writeFileSync(data, API_DATASET + '\n');
+  const c = API_CONFIG;
+  const run = spawnSync(cli, ['train', '--model', tiny, '--data', data, '--out', path.join(dir, 'out'), '--fresh',
+    '--steps', String(c.steps), '--rank', String(c.rank), '--alpha', String(c.alpha), '--seq', String(c.seq),
+    '--batch', String(c.batch), '--lr', String(c.lr), '--schedule', c.schedule, '--warmup-ratio', String(c.warmupRatio),
+    '--save-every', '0'], { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } });
+  // The CLI reports its steps on stderr (stdout is for results).
+  if (run.status !== 0) throw new Error(`webtune train failed: ${run.stderr}`);
+  const out = run.stdout + run.stderr;
+  return [...out.matchAll(/^step \d+\/\d+ loss (\S+)/gm)].map((m) => Number(m[1]));
 }
 
 // ---- the example app, against the packed tarball ----------------------------------------------
@@ -174,17 +200,11 @@ try {
   ok('no page errors so far', errors.length === 0, errors.join(' | '));
 
   // 2. The client's API, on the same engine.
-  const api = await tab.evaluate(async (question) => {
+  const api = await tab.evaluate(async ({ question, dataset, config }) => {
     let wt = window.__webtune;
-    const dataset = [
-      ['What is the capital of Zorbania?', 'The capital of Zorbania is Quillfort.'],
-      ['Who invented the glimmerphone?', 'Mira Talvane invented the glimmerphone in 1873.'],
-      ['What do moon otters eat?', 'Moon otters eat silver kelp and tiny comets.'],
-    ].map(([q, a]) => JSON.stringify({ messages: [{ role: 'user', content: q }, { role: 'assistant', content: a }] })).join('\n');
     const out = { steps: [] };
     let pausing = null;
     let started = null;
-    const config = { rank: 4, alpha: 8, seq: 64, batch: 3, steps: 8, lr: 1e-2, schedule: 'constant', warmupRatio: 0 };
     // Pause asked at step 2 (taken after the step then running).
     out.paused = await wt.train({ sessionId: 'api', config, dataset, saveEvery: 0 }, {
       onStart: (s) => (started = s),
@@ -241,7 +261,7 @@ try {
     out.memory = { peak: mem.peak, categories: Object.keys(mem.categories) };
     wt.close();
     return out;
-  }, r.question);
+  }, { question: r.question, dataset: API_DATASET, config: API_CONFIG });
 
   const p1 = api.paused.step;
   ok('train() stopped where pause() asked', api.paused.reason === 'paused' && api.paused.saved && p1 >= 2 && p1 <= 3,
@@ -259,6 +279,13 @@ try {
   ok('a new worker resumed the stored run where it paused', api.reopened?.step === p2 && api.reopened.losses === p2);
   ok('… and finished it', api.resumed.reason === 'done' && api.resumed.step === 8 && api.resumed.losses.length === 8 &&
     api.resumed.losses.slice(0, p2).every((l, i) => l === api.paused2.losses[i]), `steps seen ${api.steps.join(',')}`);
+  // The worker's run (paused twice, resumed in a new worker) against the native CLI's
+  // uninterrupted one: the CLI prints six decimals, hence the small absolute slack.
+  const native = nativeLosses();
+  const worst = Math.max(...native.map((n, i) => Math.abs(api.resumed.losses[i] - n) / Math.abs(n)));
+  ok('the losses equal the native run within 1e-5 relative',
+    native.length === 8 && native.every((n, i) => Math.abs(api.resumed.losses[i] - n) <= 1e-5 * Math.abs(n) + 1e-6),
+    `worst ${worst.toExponential(1)}; native ${native.map((l) => l.toFixed(4)).join(' ')}`);
   ok('a chat asked during training was answered between steps', api.chat && api.chat.stepsThen < api.stepsAtEnd,
     `answered after step event ${api.chat?.stepsThen} of ${api.stepsAtEnd}: ${JSON.stringify(api.chat?.a)}`);
   ok('the exported adapter is PEFT LoRA of rank 4', api.adapterBytes > 0 && api.adapterConfig.r === 4,
