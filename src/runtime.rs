@@ -207,17 +207,21 @@ impl<S: AsyncChunkStore> Runtime<S> {
         chunks::delete_model_async(&self.store, name).await
     }
 
-    /// Import (or resume importing) a model from `files`.
+    /// Import (or resume importing) a model from `files`. `free_bytes` is the storage still
+    /// free (quota − usage) where the platform tells it: an import that cannot fit is refused
+    /// before anything is written.
     pub async fn import<F: FileSet>(
         &self,
         name: &str,
         files: &F,
+        free_bytes: Option<u64>,
         on_progress: &mut dyn FnMut(Progress),
     ) -> Result<Manifest> {
         if name == SESSIONS {
             return Err(Error::msg(format!("model name {name:?} is reserved")));
         }
-        import_files(&self.store, name, files, &ImportOptions::default(), on_progress).await
+        let opts = ImportOptions { free_bytes, ..ImportOptions::default() };
+        import_files(&self.store, name, files, &opts, on_progress).await
     }
 
     // ---- the loaded model ---------------------------------------------------------

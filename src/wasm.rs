@@ -66,6 +66,11 @@ fn report<T: Serialize>(f: &js_sys::Function, v: &T) {
     }
 }
 
+/// Storage this origin may still use (quota − usage), where the browser tells it.
+async fn free_bytes() -> Option<u64> {
+    idb::storage_estimate().await.ok().filter(|(_, quota)| *quota > 0).map(|(usage, quota)| quota.saturating_sub(usage))
+}
+
 type Shared = Rc<RefCell<Runtime<IdbStore>>>;
 
 /// The engine of one page (or worker): the GPU device, the IndexedDB store, the loaded model,
@@ -168,9 +173,10 @@ impl Engine {
     ) -> js_sys::Promise {
         run(&self.rt, move |rt| async move {
             let _ = idb::request_persist().await;
+            let free = free_bytes().await;
             let files = HttpFiles { base: format!("{}/{repo}/resolve/{revision}", base.trim_end_matches('/')) };
             let rt = rt.borrow();
-            let man = rt.import(&name, &files, &mut |p| report(&on_progress, &p)).await.map_err(err)?;
+            let man = rt.import(&name, &files, free, &mut |p| report(&on_progress, &p)).await.map_err(err)?;
             let bytes: usize = man.chunks.iter().map(|c| c.bytes).sum();
             to_js(&serde_json::json!({"name": name, "bytes": bytes}))
         })
@@ -181,6 +187,7 @@ impl Engine {
     pub fn import_files(&self, name: String, files: js_sys::Array, on_progress: js_sys::Function) -> js_sys::Promise {
         run(&self.rt, move |rt| async move {
             let _ = idb::request_persist().await;
+            let free = free_bytes().await;
             let blobs = BlobFiles::from_files(&files).map_err(err)?;
             let rt = rt.borrow();
             let mut progress = |p: crate::store::import::Progress| report(&on_progress, &p);
@@ -198,9 +205,9 @@ impl Engine {
                     let hf = crate::formats::gguf::gguf_to_hf_files(&mut std::io::Cursor::new(&bytes))
                         .map_err(|e| bad_input(&gguf, e))?;
                     drop(bytes);
-                    rt.import(&name, &MemoryFiles::new(hf), &mut progress).await.map_err(err)?
+                    rt.import(&name, &MemoryFiles::new(hf), free, &mut progress).await.map_err(err)?
                 }
-                None => rt.import(&name, &blobs, &mut progress).await.map_err(err)?,
+                None => rt.import(&name, &blobs, free, &mut progress).await.map_err(err)?,
             };
             let bytes: usize = man.chunks.iter().map(|c| c.bytes).sum();
             to_js(&serde_json::json!({"name": name, "bytes": bytes}))

@@ -61,13 +61,16 @@ fn import_train_save_resume_export() {
 
         // Import with progress; the model is listed once complete.
         let mut rt = runtime(dir.path()).await;
+        let refused = rt.import("tiny", &files, Some(1000), &mut |_| {}).await.expect_err("too little free space");
+        assert!(refused.to_string().contains("quota"), "{refused}");
+        assert!(rt.list_models().await.expect("lists").is_empty(), "a refused import is not listed");
         let mut events = Vec::new();
-        rt.import("tiny", &files, &mut |p| events.push(p)).await.expect("imports");
+        rt.import("tiny", &files, None, &mut |p| events.push(p)).await.expect("imports");
         assert!(matches!(events.last(), Some(Progress::Ready { .. })), "the last event is ready");
         let listed = rt.list_models().await.expect("lists");
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].0, "tiny");
-        assert!(rt.import("sessions", &files, &mut |_| {}).await.is_err(), "a reserved name is refused");
+        assert!(rt.import("sessions", &files, None, &mut |_| {}).await.is_err(), "a reserved name is refused");
 
         let info = rt.load_model("tiny", "stored").await.expect("loads from the store");
         assert_eq!((info.layers, info.hidden, info.vocab), (2, 64, 49152));

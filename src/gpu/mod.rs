@@ -330,6 +330,9 @@ impl Gpu {
         }))
     }
 
+    // On wasm32 wgpu's handles are not Send; the Arc is for native callers that share
+    // tensors across threads, and costs nothing where there is one thread.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     fn wrap(&self, buf: wgpu::Buffer, shape: &[usize], dtype: DType, cat: Category) -> Tensor {
         let acct = self.alloc.track(cat, buf.size());
         Tensor { buf: Arc::new(buf), shape: shape.to_vec(), dtype, _acct: Arc::new(acct) }

@@ -20,6 +20,7 @@
 
 use super::asyncio::AsyncChunkStore;
 use super::chunks::check_key;
+use super::human_bytes;
 use crate::error::{Error, Result};
 use js_sys::{ArrayBuffer, Promise, Reflect, Uint8Array};
 use wasm_bindgen::closure::Closure;
@@ -122,21 +123,6 @@ pub(crate) fn js_error(e: &JsValue) -> String {
 /// The `name` of a DOMException (or any error object).
 fn js_error_name(e: &JsValue) -> Option<String> {
     Reflect::get(e, &JsValue::from_str("name")).ok().and_then(|v| v.as_string())
-}
-
-/// Bytes in a readable form: "1.5 GiB (1610612736 bytes)".
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} bytes");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {} ({n} bytes)", UNITS[unit])
 }
 
 /// The message for a write refused because the origin's quota is full.

@@ -17,7 +17,7 @@ use super::chunks::{
     check_model, chunk_key, delete_model_async, file_entry, fnv1a64, manifest_key, put_checked_async, ready,
     ChunkEntry, ChunkStore, FileEntry, Manifest, Piece, TensorEntry, MANIFEST_VERSION, MAX_CHUNK_BYTES,
 };
-use super::{IndexJson, StoreError, CONFIG_FILE, INDEX_FILE, OPTIONAL_FILES, SINGLE_FILE};
+use super::{human_bytes, IndexJson, StoreError, CONFIG_FILE, INDEX_FILE, OPTIONAL_FILES, SINGLE_FILE};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gpu::platform::now_ms;
@@ -36,11 +36,15 @@ pub const MAX_SMALL_FILE_BYTES: u64 = 100_000_000;
 pub struct ImportOptions {
     /// Most bytes of one chunk (default [`MAX_CHUNK_BYTES`]).
     pub max_chunk: usize,
+    /// The store's free space (in the browser, quota − usage from
+    /// `navigator.storage.estimate()`), where known: an import that needs more is refused
+    /// before it writes anything, with an error naming both sizes.
+    pub free_bytes: Option<u64>,
 }
 
 impl Default for ImportOptions {
     fn default() -> ImportOptions {
-        ImportOptions { max_chunk: MAX_CHUNK_BYTES }
+        ImportOptions { max_chunk: MAX_CHUNK_BYTES, free_bytes: None }
     }
 }
 
@@ -507,6 +511,18 @@ pub async fn import_files<F: FileSet, S: AsyncChunkStore>(
         Some(bytes) => serde_json::from_slice::<ImportState>(&bytes).ok().filter(|s| s.plan == print),
         None => None,
     };
+    if let Some(free) = opts.free_bytes {
+        let done: u64 = resumed.iter().flat_map(|s| &s.done).map(|c| c.bytes as u64).sum();
+        let needed = total - done.min(total);
+        if needed > free {
+            return Err(Error::msg(format!(
+                "importing {model} needs {} more storage but only {} is free (the browser's storage quota \
+                 for this site); free space by deleting stored models, or allow this site more storage",
+                human_bytes(needed),
+                human_bytes(free)
+            )));
+        }
+    }
     let mut state = match resumed {
         Some(s) => s,
         None => {
@@ -770,7 +786,7 @@ mod tests {
     type Files = HashMap<String, Vec<u8>>;
 
     fn opts(max_chunk: usize) -> ImportOptions {
-        ImportOptions { max_chunk }
+        ImportOptions { max_chunk, free_bytes: None }
     }
 
     /// Import `files` into `store` as "m"; the manifest and the events.
@@ -905,6 +921,78 @@ mod tests {
             assert!(partial_imports(&store).expect("lists").is_empty());
             check_events(&events, &want);
         }
+    }
+
+    /// A memory store that refuses writes once `room` bytes have been written, as a
+    /// browser does when the origin's quota is full.
+    struct Full {
+        store: MemoryStore,
+        room: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ChunkStore for Full {
+        fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let room = self.room.load(SeqCst);
+            if bytes.len() > room {
+                return Err(Error::msg(format!("writing {key} failed: the storage quota is full")));
+            }
+            self.room.store(room - bytes.len(), SeqCst);
+            ChunkStore::put(&self.store, key, bytes)
+        }
+        fn get(&self, key: &str) -> Result<Vec<u8>> {
+            ChunkStore::get(&self.store, key)
+        }
+        fn delete(&self, key: &str) -> Result<()> {
+            ChunkStore::delete(&self.store, key)
+        }
+        fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+            ChunkStore::keys(&self.store, prefix)
+        }
+    }
+
+    #[test]
+    fn a_full_store_is_refused_or_resumed() {
+        let files = single();
+        let max = 700;
+        let clean = MemoryStore::new();
+        let want = import(&clean, &Logged::new(&files, None), max).0.expect("imports");
+        let total: u64 = want.chunks.iter().map(|c| c.bytes as u64).sum();
+        fn import_with_free<S: ChunkStore>(store: &S, files: &Files, max: usize, free: u64) -> Result<Manifest> {
+            let o = ImportOptions { max_chunk: max, free_bytes: Some(free) };
+            run(import_files(store, "m", &Logged::new(files, None), &o, &mut |_| {}))
+        }
+        let with_free = |store: &MemoryStore, free: u64| import_with_free(store, &files, max, free);
+        let full_with_free = |store: &Full, free: u64| import_with_free(store, &files, max, free);
+
+        // Known too little room: refused before anything is written, both sizes named.
+        let store = MemoryStore::new();
+        let msg = err_text(with_free(&store, total - 1));
+        assert!(msg.contains("quota") && msg.contains(&format!("({total} bytes)")), "{msg}");
+        assert!(ChunkStore::keys(&store, "").expect("keys").is_empty(), "nothing is written");
+
+        // The store fills up half way: an error, nothing listed, the chunks written kept.
+        let full = Full { store: MemoryStore::new(), room: (total as usize / 2).into() };
+        let (r, _) = {
+            let mut events = Vec::new();
+            let r = run(import_files(&full, "m", &Logged::new(&files, None), &opts(max), &mut |p| events.push(p)));
+            (r, events)
+        };
+        assert!(err_text(r).contains("quota"));
+        assert!(list_models(&full).expect("lists").is_empty(), "a partial import is not listed");
+        let partial = partial_imports(&full).expect("lists");
+        assert_eq!(partial.len(), 1);
+        let done = partial[0].done;
+        assert!(done > 0 && done < total, "{done} of {total}");
+
+        // Free space known again: one byte short is refused and keeps the partial import;
+        // exactly enough finishes it with the same chunks as an uninterrupted import.
+        full.room.store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        let short = total - done - 1;
+        assert!(err_text(full_with_free(&full, short)).contains("quota"));
+        assert_eq!(partial_imports(&full).expect("lists"), partial, "the partial import is kept");
+        assert_eq!(full_with_free(&full, total - done).expect("resumes"), want);
+        assert_eq!(contents(&full.store), contents(&clean), "the same keys and bytes");
     }
 
     #[test]

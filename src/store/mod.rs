@@ -257,6 +257,21 @@ impl Checkpoint {
     }
 }
 
+/// Bytes in a readable form: "1.5 GiB (1610612736 bytes)".
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {} ({n} bytes)", UNITS[unit])
+}
+
 #[cfg(test)]
 pub(crate) mod testdata;
 #[cfg(test)]
