@@ -99,6 +99,9 @@ pub struct StepInfo {
     pub ms: f64,
     pub tokens_per_sec: f64,
     pub memory: MemoryReport,
+    /// The loss or the gradients were not finite: nothing was updated (see
+    /// [`crate::train::trainer::Trainer::step`]).
+    pub skipped: bool,
 }
 
 /// A stored session as listed.
@@ -351,6 +354,7 @@ impl<S: AsyncChunkStore> Runtime<S> {
             ms: rep.ms,
             tokens_per_sec: rep.tokens as f64 / (rep.ms / 1000.0).max(1e-9),
             memory,
+            skipped: rep.skipped,
         })
     }
 

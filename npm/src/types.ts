@@ -167,6 +167,9 @@ export interface StepReport {
   ms: number;
   tokensPerSec: number;
   memory: MemoryReport;
+  /** The loss or the gradients were not finite (NaN or infinite): nothing was updated and
+   *  `step` did not advance. Three in a row stop the run with an error. */
+  skipped: boolean;
 }
 
 /** A stored training session. */

@@ -109,9 +109,10 @@ async function loop(r: Run, id: number): Promise<TrainResult> {
     done = finished;
     r.step = rep.step;
     r.totalSteps = rep.totalSteps;
+    post({ event: 'step', id, data: rep });
+    if (rep.skipped) continue; // nothing changed (three in a row make trainStep throw)
     r.losses.push(rep.loss);
     r.saved = false;
-    post({ event: 'step', id, data: rep });
     if (r.saveEvery > 0 && rep.step % r.saveEvery === 0 && !done) {
       await gpu((e) => e.saveSession());
       r.saved = true;

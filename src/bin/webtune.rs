@@ -658,6 +658,20 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
     let (mut tok_sum, mut ms_sum) = (0usize, 0.0f64);
     while !trainer.done() {
         let r = trainer.step(&gpu, &model).await.map_err(lib_err)?;
+        if r.skipped {
+            let msg = format!(
+                "step {}/{} skipped: the loss or the gradients were not finite (loss {}); {} in a row",
+                r.step + 1,
+                r.total_steps,
+                r.loss,
+                trainer.state.bad_in_row
+            );
+            match &bar {
+                Some(b) => b.println(msg),
+                None => eprintln!("{msg}"),
+            }
+            continue;
+        }
         tok_sum += r.tokens;
         ms_sum += r.ms;
         let tps = tok_sum as f64 / (ms_sum / 1000.0).max(1e-9);

@@ -371,6 +371,12 @@ impl Model {
         let Some(mut grads) = grads else {
             return Ok(gpu.read_f32(&loss_t).await?[0]);
         };
+        // A loss that is not finite ends the step here: no backward, no update (the trainer
+        // skips it). The GPU is idle after the phase, so this read costs one small copy.
+        let loss = gpu.read_f32(&loss_t).await?[0];
+        if !loss.is_finite() {
+            return Ok(loss);
+        }
 
         // Backward.
         let dxf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;

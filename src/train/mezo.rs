@@ -98,7 +98,8 @@ async fn two_losses(
 
 /// One MeZO step on a batch (two forward passes, no backward, no gradient buffers).
 /// Returns (L+, L−, projected gradient g); θ ends at θ0 − lr·g·z. If either loss is not finite
-/// the parameters are restored, not updated, and an error says so.
+/// the parameters are restored, not updated, and g is returned as it came out (not finite):
+/// the caller skips the step.
 pub async fn mezo_step(
     gpu: &Gpu,
     model: &Model,
@@ -111,9 +112,7 @@ pub async fn mezo_step(
     let (plus, minus, g) = two_losses(gpu, model, lora, input, cfg.eps, seed).await?;
     if !g.is_finite() {
         perturb_all(gpu, lora, cfg.eps, seed);
-        return Err(Error::msg(format!(
-            "mezo: seed {seed}: loss is not finite (L+ = {plus}, L- = {minus}); parameters left unchanged"
-        )));
+        return Ok((plus, minus, g));
     }
     perturb_all(gpu, lora, cfg.eps - cfg.lr * g, seed);
     Ok((plus, minus, g))

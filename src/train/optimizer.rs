@@ -237,6 +237,27 @@ impl Optimizer {
         }
     }
 
+    /// Compute Σ grad² of `grads` into [`Optimizer::norm_sq`] without updating anything (to test
+    /// the gradients for non-finite values before a step).
+    pub fn measure(&self, gpu: &Gpu, grads: &LoraSet) {
+        let mut first = true;
+        for (_, _, g) in grads.iter() {
+            for t in [&g.a, &g.b] {
+                sum_squares(gpu, t, &self.norm_sq, !first);
+                first = false;
+            }
+        }
+        if first {
+            fill(gpu, &self.norm_sq, 0.0);
+        }
+    }
+
+    /// Undo [`Optimizer::begin_fused`]'s count when no layer was updated after all (the
+    /// step was skipped because its loss was not finite).
+    pub fn cancel_fused(&mut self) {
+        self.step = self.step.saturating_sub(1);
+    }
+
     /// Whether updates can be fused into the backward, layer by layer ([`Optimizer::begin_fused`],
     /// [`Optimizer::step_layer`]): only without global clipping, which needs every gradient
     /// before the first update. (Callers also need a single micro-batch per step.)

@@ -137,7 +137,18 @@ pub struct TrainState {
     pub losses: Vec<f32>,
     /// FNV-1a hash of the tokenized dataset: resuming on other data is refused.
     pub data_hash: u64,
+    /// Attempts skipped because the loss or the gradients were not finite, as the step number
+    /// each would have had; the batches they drew are consumed (the data moves on).
+    #[serde(default)]
+    pub skipped: Vec<u32>,
+    /// Skipped attempts since the last good step; [`MAX_BAD_IN_ROW`] stops the run.
+    #[serde(default)]
+    pub bad_in_row: u32,
 }
+
+/// Non-finite steps in a row after which training stops (the parameters are not touched by
+/// a skipped step, so the last checkpoint stays good).
+pub const MAX_BAD_IN_ROW: u32 = 3;
 
 /// What one optimizer step did.
 #[derive(Clone, Debug, Serialize)]
@@ -149,6 +160,9 @@ pub struct StepReport {
     /// Real (non-padding) tokens processed.
     pub tokens: usize,
     pub ms: f64,
+    /// The loss or the gradients were not finite: nothing was updated and `step` did not
+    /// advance (the batch was consumed).
+    pub skipped: bool,
 }
 
 /// Where a step's gradients are kept.
@@ -273,6 +287,8 @@ impl Trainer {
             cursor: 0,
             losses: Vec::new(),
             data_hash: data_hash(&examples),
+            skipped: Vec::new(),
+            bad_in_row: 0,
         };
         let order = (0, epoch_order(examples.len(), state.config.seed, 0));
         Ok(Trainer { state, lora, grads, opt, sched, examples, adapter_config: adapter.config, order, warnings })
@@ -333,6 +349,13 @@ impl Trainer {
     }
 
     /// One optimizer step: `accum` micro-batches of forward + MeSP backward, then the update.
+    ///
+    /// A loss or gradient that is not finite (NaN or ±∞) skips the step: the parameters and
+    /// the optimizer state are left as they were and the report says `skipped`;
+    /// [`MAX_BAD_IN_ROW`] skips in a row end the run with an error suggesting a lower learning
+    /// rate. With updates fused into the backward (no clipping, no accumulation) non-finite
+    /// gradients under a finite loss are only seen once some layers were updated: that is an
+    /// error at once (the parameters of that step are not kept; the caller's last checkpoint is).
     pub async fn step(&mut self, gpu: &Gpu, model: &Model) -> Result<StepReport> {
         let t0 = now_ms();
         if let GradBuf::Full(g) = &self.grads {
@@ -343,6 +366,7 @@ impl Trainer {
         let mut loss_sum = 0.0f32;
         let mut counted = 0usize;
         let mut tokens = 0usize;
+        let mut finite = true;
         for _ in 0..accum {
             let batch = self.next_batch();
             if batch.shifted_targets().1 == 0 {
@@ -353,14 +377,21 @@ impl Trainer {
                 .as_ref()
                 .map(|m| m.iter().filter(|&&v| v != 0).count())
                 .unwrap_or(batch.input_ids.len());
+            if !finite {
+                continue; // the step is skipped; its remaining batches are still consumed
+            }
             let input = model.prepare(gpu, &batch)?;
-            loss_sum += match &self.grads {
+            let loss = match &self.grads {
                 GradBuf::None => {
                     let mz = MezoConfig { eps: self.state.config.mezo_eps, lr };
                     // One perturbation per step, regenerated from (seed, step).
                     let seed = self.state.config.seed.wrapping_mul(0x9e3779b97f4a7c15) ^ self.state.step as u64;
-                    let (plus, minus, _) = mezo_step(gpu, model, &self.lora, &input, &mz, seed).await?;
-                    0.5 * (plus + minus)
+                    let (plus, minus, g) = mezo_step(gpu, model, &self.lora, &input, &mz, seed).await?;
+                    if g.is_finite() {
+                        0.5 * (plus + minus)
+                    } else {
+                        f32::NAN
+                    }
                 }
                 GradBuf::Full(g) => model.loss_and_grads(gpu, &self.lora, Some(g), &input).await?,
                 GradBuf::Row(row) => {
@@ -368,35 +399,70 @@ impl Trainer {
                     let (opt, params) = (&self.opt, &self.lora.params);
                     let mut apply = |i: usize, g: &[Option<LoraPair>]| opt.step_layer(gpu, params, i, g, lr);
                     let grads = Grads::PerLayer { row, apply: &mut apply };
-                    model.loss_and_grads_into(gpu, &self.lora, Some(grads), &input, Mode::Mesp).await?
+                    let loss = model.loss_and_grads_into(gpu, &self.lora, Some(grads), &input, Mode::Mesp).await?;
+                    if !loss.is_finite() {
+                        self.opt.cancel_fused(); // the backward did not run: nothing was updated
+                    } else if !self.opt.last_grad_norm(gpu).await?.is_finite() {
+                        return Err(Error::msg(format!(
+                            "step {}: the gradients are not finite (NaN or infinite) although the loss is {loss}; \
+                             this step's parameters are not valid, so training stopped (the last checkpoint is kept). \
+                             Try a lower learning rate (now {lr:.3e}) or gradient clipping (max_grad_norm), \
+                             with which such a step is skipped instead",
+                            self.state.step + 1
+                        )));
+                    }
+                    loss
                 }
             };
+            finite &= loss.is_finite();
+            loss_sum += loss;
             counted += 1;
         }
         if counted == 0 {
             return Err(Error::msg("no example in this step has a token to learn (all labels are masked)"));
         }
-        if let GradBuf::Full(grads) = &self.grads {
+        if let (GradBuf::Full(grads), true) = (&self.grads, finite) {
             if counted > 1 {
                 for (_, _, g) in grads.iter() {
                     scale(gpu, &g.a, 1.0 / counted as f32);
                     scale(gpu, &g.b, 1.0 / counted as f32);
                 }
             }
-            self.opt.step(gpu, &self.lora.params, grads, lr);
+            self.opt.measure(gpu, grads);
+            finite = self.opt.last_grad_norm(gpu).await?.is_finite();
+            if finite {
+                self.opt.step(gpu, &self.lora.params, grads, lr);
+            }
         }
-        self.state.step += 1;
         let loss = loss_sum / counted as f32;
-        self.state.losses.push(loss);
         gpu.flush();
-        Ok(StepReport {
-            step: self.state.step,
+        let report = |step: u32, skipped: bool| StepReport {
+            step,
             total_steps: self.state.total_steps,
             loss,
             lr,
             tokens,
             ms: now_ms() - t0,
-        })
+            skipped,
+        };
+        if !finite {
+            let attempt = self.state.step + 1;
+            self.state.skipped.push(attempt);
+            self.state.bad_in_row += 1;
+            if self.state.bad_in_row >= MAX_BAD_IN_ROW {
+                return Err(Error::msg(format!(
+                    "the loss or the gradients were not finite (NaN or infinite) {} times in a row, at step {attempt}: \
+                     training stopped; the parameters are those of step {} (the last checkpoint is kept). \
+                     Try a lower learning rate (now {lr:.3e})",
+                    self.state.bad_in_row, self.state.step
+                )));
+            }
+            return Ok(report(self.state.step, true));
+        }
+        self.state.bad_in_row = 0;
+        self.state.step += 1;
+        self.state.losses.push(loss);
+        Ok(report(self.state.step, false))
     }
 
     /// The adapter as PEFT would save it.

@@ -130,6 +130,11 @@ const handlers = {
     run.step = r.step;
     run.total = r.totalSteps;
     run.stepMs.push(r.ms);
+    if (r.skipped) {
+      $('train-detail').textContent =
+        `Step ${r.step + 1} was skipped: its loss was not a number. If this repeats, lower the learning rate.`;
+      return;
+    }
     loss.add(r.step, r.loss);
     mem.addStep(r.step, r.memory);
     showProgress(r);
