@@ -61,6 +61,36 @@ pub fn peak_rss() -> Option<u64> {
     None
 }
 
+/// The process's resident set size now, in bytes (Linux: VmRSS), None elsewhere.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(target_arch = "wasm32")]
+pub fn rss() -> Option<u64> {
+    None
+}
+
+/// The JavaScript heap in use (`performance.memory.usedJSHeapSize`, Chromium only), None
+/// elsewhere and natively.
+pub fn js_heap_bytes() -> Option<u64> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use wasm_bindgen::JsValue;
+        let global = js_sys::global();
+        let perf = js_sys::Reflect::get(&global, &JsValue::from_str("performance")).ok()?;
+        let mem = js_sys::Reflect::get(&perf, &JsValue::from_str("memory")).ok()?;
+        let used = js_sys::Reflect::get(&mem, &JsValue::from_str("usedJSHeapSize")).ok()?.as_f64()?;
+        Some(used as u64)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    None
+}
+
 /// Start measuring [`peak_rss`] from the current RSS (Linux: writes 5 to /proc/self/clear_refs).
 pub fn reset_peak_rss() {
     #[cfg(not(target_arch = "wasm32"))]

@@ -524,3 +524,18 @@ fn conversion_refusals_name_the_problem() {
     assert!(e.contains("blk.0.ffn_up.weight") && e.contains("Q5_0") && e.contains("not supported"), "{e}");
     assert_eq!(g.tensor("blk.0.ffn_up.weight").map(|t| t.ggml_type.name), Some("F16"));
 }
+
+/// Writes the GGUF seeds of the `gguf` fuzz target (fuzz/seeds/gguf/): tiny whole models that
+/// convert to HF files, so the fuzzer starts from inputs that reach every stage.
+/// `cargo test --lib write_fuzz_seeds -- --ignored` (scripts/fuzz.sh runs it).
+#[test]
+#[ignore]
+fn write_fuzz_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/gguf");
+    std::fs::create_dir_all(&dir).expect("creates fuzz/seeds/gguf");
+    for (arch, tied) in [("llama", true), ("qwen2", false)] {
+        let (bytes, _) = tiny_model(arch, tied);
+        gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("the seed converts");
+        std::fs::write(dir.join(format!("tiny-{arch}.gguf")), bytes).expect("writes a seed");
+    }
+}

@@ -1,0 +1,7 @@
+#![no_main]
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::grad_batch(data);
+});
