@@ -3,10 +3,8 @@
 //! - the fused, layer-by-layer optimizer update gives the same training as the unfused one,
 //!   while holding one layer of gradients instead of all of them;
 //! - the accounting does not grow: after 200 tiny-model steps the peak equals the peak after
-//!   step 10, and live bytes return to their pre-step value after every step;
-//! - a soak (1,000 steps natively, 300 in the browser, the fused path): after a warm-up of 50
-//!   steps neither the GPU's live or peak bytes nor the wasm memory grow, and the process's
-//!   RSS grows by less than 16 MiB; the RSS, the JS heap and the step times are printed.
+//!   step 10, and live bytes return to their pre-step value after every step
+//!   (the long run is tests/soak.rs).
 
 mod common;
 
@@ -251,70 +249,3 @@ async fn bench_orders_the_schedules() {
     );
 }
 both!(bench_orders_the_schedules_by_memory, bench_orders_the_schedules());
-
-/// Steps of the soak: 1,000 natively, 300 in the browser.
-const SOAK_STEPS: u32 = if cfg!(target_arch = "wasm32") { 300 } else { 1000 };
-const WARMUP: u32 = 50;
-
-async fn soak() {
-    use webtune::gpu::platform::{js_heap_bytes, rss, wasm_memory_bytes};
-    let gpu = webtune::kernels::testutil::test_gpu().await;
-    let (ckpt, _, _) = llama_bias();
-    let model = Model::load(&gpu, &ckpt).expect("the llama-bias model loads");
-    let mut rng = webtune::rng::Rng::new(11);
-    let examples: Vec<Example> = (0..9)
-        .map(|line| {
-            let n = 6 + rng.below(26) as usize;
-            let input_ids: Vec<u32> = (0..n).map(|_| rng.below(67) as u32).collect();
-            let labels = input_ids.iter().map(|&t| t as i32).collect();
-            Example { input_ids, labels, line: line + 1 }
-        })
-        .collect();
-    // AdamW without clipping, batch 1: updates fused into the backward (the accounting test
-    // above covers the unfused path).
-    let mut trainer = Trainer::new(&gpu, &model, examples, config("adamw", SOAK_STEPS), None).expect("a trainer");
-    assert!(trainer.fused());
-    let mut ms = Vec::new();
-    let mut warm = None;
-    while !trainer.done() {
-        let r = trainer.step(&gpu, &model).await.expect("a step");
-        gpu.sync().await.expect("sync");
-        assert!(!r.skipped && r.loss.is_finite(), "step {}: loss {}", r.step, r.loss);
-        ms.push(r.ms);
-        let s = gpu.alloc.stats();
-        if r.step == WARMUP {
-            gpu.alloc.reset_peaks();
-            warm = Some((s.live_total, wasm_memory_bytes(), rss(), js_heap_bytes()));
-        } else if let Some((live, _, _, _)) = warm {
-            assert_eq!(
-                s.live_total, live,
-                "step {}: live GPU bytes {} against {live} at step {WARMUP}",
-                r.step, s.live_total
-            );
-        }
-    }
-    let (live, wasm0, rss0, heap0) = warm.expect("warmed up");
-    let peak = gpu.alloc.stats().peak_total;
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let w = WARMUP as usize;
-    log!(
-        "soak: {SOAK_STEPS} steps; GPU live {live} B after every step from step {WARMUP} on, peak {peak} B; \
-         step time {:.1} ms (steps {}-{}) then {:.1} ms (last 100)",
-        mean(&ms[w..w + 100]),
-        w + 1,
-        w + 100,
-        mean(&ms[ms.len() - 100..])
-    );
-    if let (Some(a), Some(b)) = (wasm0, wasm_memory_bytes()) {
-        log!("soak: wasm memory {a} B at step {WARMUP}, {b} B at the end");
-        assert_eq!(a, b, "wasm memory grew after the warm-up");
-    }
-    if let (Some(a), Some(b)) = (heap0, js_heap_bytes()) {
-        log!("soak: JS heap {a} B at step {WARMUP}, {b} B at the end");
-    }
-    if let (Some(a), Some(b)) = (rss0, rss()) {
-        log!("soak: RSS {a} B at step {WARMUP}, {b} B at the end");
-        assert!(b < a + (16 << 20), "RSS grew from {a} B to {b} B after the warm-up");
-    }
-}
-both!(soak_does_not_grow, soak());
