@@ -92,10 +92,27 @@ function newRun(info: SessionInfo, saveEvery: number, saved: boolean): Run {
 
 function startLoop(r: Run, id: number): Promise<TrainResult> {
   r.want = 'run';
-  r.loop = loop(r, id).finally(() => {
+  r.loop = withSessionLock(r.sessionId, () => loop(r, id)).finally(() => {
     r.loop = null;
   });
   return r.loop;
+}
+
+/** Run `body` holding the Web Lock of a session, so that a second tab (or worker) of this
+ *  origin cannot train the same session at the same time and overwrite its checkpoints: it
+ *  gets a Busy error at once instead. Browsers without the Web Locks API run unguarded. */
+async function withSessionLock<T>(sessionId: string, body: () => Promise<T>): Promise<T> {
+  const locks = (self.navigator as { locks?: LockManager }).locks;
+  if (!locks) return body();
+  return locks.request(`webtune-session:${sessionId}`, { ifAvailable: true }, async (lock) => {
+    if (!lock) {
+      throw new Failure(
+        'Busy',
+        `session ${sessionId} is training in another tab or window of this site: pause it there (or close that tab), then resume it here`,
+      );
+    }
+    return body();
+  }) as Promise<T>;
 }
 
 async function loop(r: Run, id: number): Promise<TrainResult> {

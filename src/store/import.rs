@@ -547,6 +547,7 @@ pub async fn import_files<F: FileSet, S: AsyncChunkStore>(
         rep.progress(file, 0, 0);
         rep.done(file);
     }
+    let finite_checks = finite_checks(&plan.manifest);
     let t0 = now_ms();
     let (mut loaded, mut fetched) = (0u64, 0u64);
     let mut sums: HashMap<String, String> = HashMap::new();
@@ -568,6 +569,13 @@ pub async fn import_files<F: FileSet, S: AsyncChunkStore>(
             Some(s) => s,
             None => {
                 let bytes = read_chunk(model, c, &sources).await?;
+                if let Err(e) =
+                    check_finite(model, &c.key, &bytes, finite_checks.get(c.key.as_str()).map_or(&[][..], |v| v))
+                {
+                    // Resuming would stop at the same value: nothing of this import is kept.
+                    let _ = delete_model_async(store, model).await;
+                    return Err(e);
+                }
                 let s = put_checked_async(store, model, &c.key, bytes).await?;
                 fetched += c.bytes as u64;
                 state.done.push(ChunkEntry { key: c.key.clone(), bytes: c.bytes, fnv1a64: s.clone() });
@@ -603,6 +611,72 @@ pub async fn import_files<F: FileSet, S: AsyncChunkStore>(
     store.delete(&import_key(model)).await?;
     rep.ready(total);
     Ok(man)
+}
+
+/// One float tensor's piece of a chunk, to test for NaN and infinities.
+struct FinitePiece<'a> {
+    tensor: &'a str,
+    /// Bytes per element: 4 (F32) or 2 (F16, BF16)
+    size: usize,
+    /// Exponent bits of the dtype, in the element read as a little-endian integer
+    exp_mask: u32,
+    /// Byte offset of the piece in the tensor, and in the chunk
+    in_tensor: usize,
+    in_chunk: usize,
+    len: usize,
+}
+
+/// For each chunk key, the float tensors' pieces it holds.
+fn finite_checks(man: &Manifest) -> HashMap<&str, Vec<FinitePiece<'_>>> {
+    let mut out: HashMap<&str, Vec<FinitePiece<'_>>> = HashMap::new();
+    for t in &man.tensors {
+        let (size, exp_mask) = match t.dtype {
+            Dtype::F32 => (4, 0x7f80_0000),
+            Dtype::F16 => (2, 0x7c00),
+            Dtype::BF16 => (2, 0x7f80),
+            _ => continue,
+        };
+        let mut in_tensor = 0;
+        for p in &t.pieces {
+            out.entry(p.chunk.as_str()).or_default().push(FinitePiece {
+                tensor: &t.name,
+                size,
+                exp_mask,
+                in_tensor,
+                in_chunk: p.offset,
+                len: p.len,
+            });
+            in_tensor += p.len;
+        }
+    }
+    out
+}
+
+/// Refuse weights holding NaN or ±∞ (an exponent of all ones): they would only show up later
+/// as a loss that is not a number. The error names the tensor and the element.
+fn check_finite(model: &str, key: &str, bytes: &[u8], pieces: &[FinitePiece<'_>]) -> Result<()> {
+    for p in pieces {
+        // The first whole element of the piece (a chunk boundary may split one).
+        let skip = (p.size - p.in_tensor % p.size) % p.size;
+        let Some(piece) = bytes.get(p.in_chunk + skip..p.in_chunk + p.len) else {
+            return Err(Error::msg(format!("import {model}: chunk {key}: {} lies past the chunk's end", p.tensor)));
+        };
+        for (i, e) in piece.chunks_exact(p.size).enumerate() {
+            let bits = if p.size == 4 {
+                u32::from_le_bytes([e[0], e[1], e[2], e[3]])
+            } else {
+                u16::from_le_bytes([e[0], e[1]]) as u32
+            };
+            if bits & p.exp_mask == p.exp_mask {
+                let element = (p.in_tensor + skip) / p.size + i;
+                return Err(Error::msg(format!(
+                    "import {model}: {}: element {element} is NaN or infinite; the file is damaged or holds a diverged model",
+                    p.tensor
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The bytes of chunk `c`: one read per segment; errors name the chunk.
@@ -1076,8 +1150,19 @@ mod tests {
             f
         };
         let shard1 = "model-00001-of-00002.safetensors";
+        let nan_at = |element: usize, value: f32| {
+            let n = u64::from_le_bytes(st[..8].try_into().expect("8 bytes")) as usize;
+            let h: serde_json::Value = serde_json::from_slice(&st[8..8 + n]).expect("header");
+            assert_eq!(h[down]["dtype"], "F32");
+            let at = 8 + n + h[down]["data_offsets"][0].as_u64().expect("offset") as usize + element * 4;
+            let mut b = st.clone();
+            b[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            b
+        };
         // (files, what the error must name)
         let cases: Vec<(Files, Vec<&str>)> = vec![
+            (with(SINGLE_FILE, nan_at(5, f32::NAN)), vec![down, "element 5", "NaN or infinite"]),
+            (with(SINGLE_FILE, nan_at(0, f32::NEG_INFINITY)), vec![down, "element 0", "NaN or infinite"]),
             (with(SINGLE_FILE, long), vec![SINGLE_FILE, "runs past the end"]),
             (with(SINGLE_FILE, huge), vec![SINGLE_FILE, "over the limit"]),
             (with(SINGLE_FILE, st[..5].to_vec()), vec![SINGLE_FILE, "too short"]),

