@@ -32,6 +32,7 @@ fn js_error(kind: &str, message: &str) -> JsValue {
 fn kind(e: &Error) -> &'static str {
     let text = e.to_string();
     match e {
+        Error::Gpu(crate::gpu::GpuError::OverBudget { .. }) => "Budget",
         Error::Gpu(_) => "Device",
         Error::Store(_) | Error::Config(_) | Error::Peft(_) | Error::Batch(_) | Error::Gguf(_) => "BadInput",
         Error::Msg(_) if text.contains("quota") => "Quota",
@@ -114,6 +115,20 @@ impl Engine {
     }
 
     /// The adapter, its backend, the granted limits and the optional features.
+    /// Limit the GPU memory the engine may hold at once to `bytes` (null or undefined: no
+    /// limit but the device's). An allocation past it fails with a "Budget" error.
+    #[wasm_bindgen(js_name = setMemoryBudget)]
+    pub fn set_memory_budget(&self, bytes: Option<f64>) -> Result<(), JsValue> {
+        let rt = self.rt.try_borrow().map_err(|_| busy())?;
+        match bytes {
+            Some(b) if !(b > 0.0 && b.is_finite()) => Err(bad_input("memory budget", format!("{b} bytes"))),
+            b => {
+                rt.gpu.alloc.set_budget(b.map(|b| b as u64));
+                Ok(())
+            }
+        }
+    }
+
     #[wasm_bindgen(js_name = deviceInfo)]
     pub fn device_info(&self) -> Result<JsValue, JsValue> {
         let rt = self.rt.try_borrow().map_err(|_| busy())?;

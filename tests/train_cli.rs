@@ -9,6 +9,8 @@
 //!   bytes, and the output directory never holds a half-written checkpoint;
 //! - a diverging run (learning rate 1e30) skips its non-finite steps, stops after three in a row
 //!   with a message suggesting a lower learning rate, and keeps its last good checkpoint;
+//! - a GPU memory budget too small for a step stops the run with a plain error and no
+//!   half-written files; the same command without it then trains to the reference adapter;
 //! - a malformed dataset line exits with code 2 naming the line; `--fresh` starts over.
 
 #![cfg(not(target_arch = "wasm32"))]
@@ -462,6 +464,39 @@ fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
             assert!(v.iter().all(|x| x.is_finite()), "{opt}: {name} holds a non-finite value");
         }
     }
+}
+
+#[test]
+fn over_the_memory_budget_stops_cleanly_and_restarts() {
+    let model = tiny_model_dir(7);
+    let work = TempDir::new("budget");
+    let data = small_data(&work);
+    let extra = short_args(3, 1, 1);
+    let ref_out = work.join("reference");
+    webtune(&strs(&train_args(model.path(), &data, &ref_out, &strs(&extra)))).ok("the reference run");
+    let out = work.join("out");
+    let args = train_args(model.path(), &data, &out, &strs(&extra));
+    // 10 MB: the model loads (streamed) but a step's lm_head scratch does not fit.
+    let mut tight = args.clone();
+    tight.extend(["--memory-budget".to_string(), "10".to_string()]);
+    let run = webtune(&strs(&tight));
+    assert_ne!(run.code, Some(0), "a run over its budget fails:\n{}", run.stderr);
+    assert!(
+        run.stderr.contains("out of the GPU memory budget") && run.stderr.contains("raise the budget"),
+        "the error says what happened and what to do:\n{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+        .unwrap_or_default();
+    assert!(left.iter().all(|n| !n.contains(".tmp")), "no half-written file: {left:?}");
+    let again = webtune(&strs(&args)).ok("the same run without the budget");
+    assert!(again.stderr.contains("done: 3 steps"), "{}", again.stderr);
+    assert!(
+        read(&out.join("adapter_model.safetensors")) == read(&ref_out.join("adapter_model.safetensors")),
+        "the restarted run ends with the reference adapter"
+    );
 }
 
 #[test]

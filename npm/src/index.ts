@@ -60,6 +60,10 @@ export interface TrainOptions {
   dataset: string | Example[];
   /** Save every N steps (0: only on pause and at the end). Default config.saveEvery, else 50. */
   saveEvery?: number;
+  /** Most GPU memory the run may hold at once, in bytes (default: no limit but the device's).
+   *  A step that would need more fails with an Error named "Budget" saying how much it
+   *  needed; the last saved checkpoint is kept. */
+  memoryBudget?: number;
 }
 
 export interface TrainHandlers {
@@ -253,6 +257,7 @@ export class Webtune {
       config: engineConfig(config),
       dataset,
       saveEvery: options.saveEvery ?? config.saveEvery ?? 50,
+      memoryBudget: options.memoryBudget ?? null,
     };
     return this.call('train', [request], (e) => this.trainEvent(e, handlers));
   }

@@ -31,6 +31,8 @@ export interface TrainRequest {
   dataset: string;
   /** Save every N steps (0: only on pause and at the end). */
   saveEvery: number;
+  /** Most GPU bytes the run may hold at once; null: no limit but the device's. */
+  memoryBudget: number | null;
 }
 
 /** Every method the worker answers: its arguments and its result. */
@@ -84,4 +86,4 @@ export type WorkerEvent =
 
 export type FromWorker = Reply | WorkerEvent;
 
-export const ERROR_NAMES: readonly ErrorName[] = ['NoWebGPU', 'Quota', 'BadInput', 'NotFound', 'Busy', 'Device', 'Error'];
+export const ERROR_NAMES: readonly ErrorName[] = ['NoWebGPU', 'Quota', 'BadInput', 'NotFound', 'Busy', 'Device', 'Budget', 'Error'];

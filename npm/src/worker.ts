@@ -28,6 +28,7 @@ interface EngineApi {
   loadModel(name: string, weights: string): Promise<ModelInfo>;
   exampleTokens(prompt: string, response: string): number;
   startTraining(sessionId: string, config: string, dataset: string): Promise<SessionInfo>;
+  setMemoryBudget(bytes: number | null): void;
   trainStep(): Promise<StepReport>;
   trainingDone(): boolean;
   saveSession(): Promise<void>;
@@ -180,7 +181,10 @@ const handlers: Handlers = {
 
   async train(id, req) {
     if (run?.loop) throw busyTraining();
-    const info = await gpu((e) => e.startTraining(req.sessionId, req.config, req.dataset));
+    const info = await gpu(async (e) => {
+      e.setMemoryBudget(req.memoryBudget);
+      return e.startTraining(req.sessionId, req.config, req.dataset);
+    });
     post({ event: 'session', id, data: info });
     run = newRun(info, req.saveEvery, false);
     return startLoop(run, id);

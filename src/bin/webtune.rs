@@ -215,6 +215,10 @@ struct TrainArgs {
     /// Ignore an existing checkpoint in --out and start over
     #[arg(long)]
     fresh: bool,
+    /// Most GPU memory the run may hold at once, in MB (10^6 bytes); an allocation past it
+    /// stops the run with a plain error (the last checkpoint is kept)
+    #[arg(long, value_name = "MB")]
+    memory_budget: Option<f64>,
     /// Frozen weights on the GPU: stored (as in the files), bf16, q8 or q4
     #[arg(long, default_value = "stored")]
     weights: String,
@@ -618,6 +622,12 @@ async fn train(a: TrainArgs) -> Result<(), Fail> {
     let format =
         webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
     let gpu = gpu().await?;
+    if let Some(mb) = a.memory_budget {
+        if !(mb > 0.0 && mb.is_finite()) {
+            return Err(Fail(2, format!("--memory-budget: {mb} (want a size in MB above 0)")));
+        }
+        gpu.alloc.set_budget(Some((mb * 1e6) as u64));
+    }
     let model = if a.resident {
         webtune::model::Model::load_as(&gpu, &ckpt, format).map_err(lib_err)?
     } else {

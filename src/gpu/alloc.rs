@@ -96,9 +96,30 @@ pub struct Allocator {
     timeline: Arc<Mutex<Option<Vec<Sample>>>>,
     /// When the timeline started (ms, [`crate::gpu::platform::now_ms`]).
     t0: Arc<Mutex<f64>>,
+    /// Most bytes that may be live at once (None: no limit but the device's).
+    budget: Arc<Mutex<Option<u64>>>,
 }
 
 impl Allocator {
+    /// Limit the live bytes to `budget` (None: no limit). An allocation that would pass it
+    /// fails with [`crate::gpu::GpuError::OverBudget`] instead of being made.
+    pub fn set_budget(&self, budget: Option<u64>) {
+        if let Ok(mut b) = self.budget.lock() {
+            *b = budget;
+        }
+    }
+    pub fn budget(&self) -> Option<u64> {
+        self.budget.lock().ok().and_then(|b| *b)
+    }
+    /// `Err((live, budget))` when `bytes` more would pass the budget.
+    pub(crate) fn check_budget(&self, bytes: u64) -> Result<(), (u64, u64)> {
+        let Some(budget) = self.budget() else { return Ok(()) };
+        let live = self.stats.lock().map(|s| s.live_total).unwrap_or(0);
+        if live + bytes > budget {
+            return Err((live, budget));
+        }
+        Ok(())
+    }
     pub fn stats(&self) -> MemoryStats {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }

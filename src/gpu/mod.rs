@@ -85,6 +85,12 @@ pub enum GpuError {
     Readback(String),
     #[error("a buffer of {bytes} bytes for {what} exceeds the device limit of {limit} bytes")]
     TooLarge { what: String, bytes: u64, limit: u64 },
+    #[error(
+        "out of the GPU memory budget: {} more for {what} with {} in use would pass the budget of {}; \
+         lower the sequence length, the batch or the rank, use --weights q4, or raise the budget",
+        crate::store::human_bytes(*bytes), crate::store::human_bytes(*live), crate::store::human_bytes(*budget)
+    )]
+    OverBudget { what: String, bytes: u64, live: u64, budget: u64 },
 }
 
 /// Element type of a tensor as it lies in its GPU buffer.
@@ -321,6 +327,9 @@ impl Gpu {
         let bytes = bytes.max(4).next_multiple_of(4);
         if bytes > self.max_binding() {
             return Err(GpuError::TooLarge { what: what.into(), bytes, limit: self.max_binding() });
+        }
+        if let Err((live, budget)) = self.alloc.check_budget(bytes) {
+            return Err(GpuError::OverBudget { what: what.into(), bytes, live, budget });
         }
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(what),

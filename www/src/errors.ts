@@ -1,5 +1,5 @@
 // Errors in plain words, each with what to do next. The engine rejects with an Error whose
-// `name` is NoWebGPU, Quota, BadInput, NotFound, Busy, Device or Error (notes/ENGINE_API.md).
+// `name` is NoWebGPU, Quota, BadInput, NotFound, Busy, Device, Budget or Error (notes/ENGINE_API.md).
 
 export function errorName(e: unknown): string {
   if (e && typeof e === 'object' && 'name' in e) return String((e as { name: unknown }).name);
@@ -44,6 +44,11 @@ export function explain(e: unknown, doing: string): string {
         `${doing}: the graphics card stopped responding (${msg}).\n` +
         'Reload the page: your examples, stored models and saved training runs are kept. ' +
         'A shorter sequence length, a smaller batch or q4 weights need less memory.'
+      );
+    case 'Budget':
+      return (
+        `${doing}: this needs more graphics memory than the budget allows (${msg}).\n` +
+        'Lower the sequence length, the batch or the rank, or choose q4 weights, then resume: the last saved step is kept.'
       );
     case 'TypeError':
       if (/fetch|network/i.test(msg)) {

@@ -23,7 +23,7 @@ let stopping = false;
 /** The client saves the run every this many steps, on pause and at the end. */
 const SAVE_EVERY = 10;
 
-const FIELDS = ['t-epochs', 't-steps', 't-lr', 't-optimizer', 't-seq', 't-batch', 't-accum', 't-rank', 't-alpha'];
+const FIELDS = ['t-epochs', 't-steps', 't-lr', 't-optimizer', 't-seq', 't-batch', 't-accum', 't-rank', 't-alpha', 't-budget'];
 
 function num(id: string, fallback: number): number {
   const v = Number($<HTMLInputElement>(id).value);
@@ -190,7 +190,16 @@ async function start(ev: Event): Promise<void> {
     showAlert(err(), `${cfg}\nFix the field and press Start again.`);
     return;
   }
-  await follow(() => serial((e) => e.train({ sessionId: sessionId(), config: cfg, dataset: jsonl, saveEvery: SAVE_EVERY }, handlers)));
+  const budgetText = $<HTMLInputElement>('t-budget').value.trim();
+  const budgetMb = budgetText ? Number(budgetText) : undefined;
+  if (budgetMb !== undefined && !(budgetMb > 0)) {
+    showAlert(err(), 'The memory budget must be a number of megabytes above 0, or empty for no limit.\nFix the field and press Start again.');
+    return;
+  }
+  const memoryBudget = budgetMb === undefined ? undefined : Math.round(budgetMb * 1e6);
+  await follow(() =>
+    serial((e) => e.train({ sessionId: sessionId(), config: cfg, dataset: jsonl, saveEvery: SAVE_EVERY, memoryBudget }, handlers)),
+  );
 }
 
 async function resumeSaved(s: SessionSummary): Promise<void> {
