@@ -34,6 +34,8 @@ found=0
 summary=()
 for t in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$t" "fuzz/seeds/$t" "fuzz/artifacts/$t"
+  # Findings of earlier runs are in fuzz/regressions already.
+  rm -f "fuzz/artifacts/$t"/crash-* "fuzz/artifacts/$t"/timeout-* "fuzz/artifacts/$t"/oom-* "fuzz/artifacts/$t"/leak-*
   log="fuzz/artifacts/$t/last-run.log"
   echo "=== $t: $secs s"
   set +e

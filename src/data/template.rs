@@ -206,7 +206,8 @@ fn rewrite_generation_tags(src: &str) -> String {
     while let Some(i) = rest.find("{%") {
         out.push_str(&rest[..i]);
         let tag = &rest[i..];
-        let Some(end) = tag.find("%}") else {
+        // The closing "%}" after the opening "{%" (in "{%}" they share the '%').
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             return out;
         };
@@ -463,6 +464,10 @@ mod tests {
         }
         let src = "a{%- generation -%} b {%+ endgeneration %}c{% if x %}y{% endif %}";
         assert_eq!(rewrite_generation_tags(src), "a{%- if true -%} b {%+ endif %}c{% if x %}y{% endif %}");
+        // Found by the chat_template fuzz target: "{%}" once sliced backwards.
+        for odd in ["{%}", "{%}%}", "x{%", "{%-}", "{%%}{% generation %}"] {
+            assert!(ChatTemplate::new(odd).is_err(), "{odd} is not a template");
+        }
     }
 
     #[test]
