@@ -20,6 +20,15 @@ pub struct HostTensor {
 }
 
 impl HostTensor {
+    /// Index of the first NaN or ±∞ (an exponent of all ones), if any.
+    pub fn first_non_finite(&self) -> Option<usize> {
+        match &self.data {
+            HostData::F32(v) => v.iter().position(|x| !x.is_finite()),
+            HostData::BF16(v) => v.iter().position(|&b| b & 0x7f80 == 0x7f80),
+            HostData::F16(v) => v.iter().position(|&b| b & 0x7c00 == 0x7c00),
+        }
+    }
+
     /// An f32 tensor (the caller keeps `data.len() == shape.product()`).
     pub fn from_f32(shape: &[usize], data: Vec<f32>) -> HostTensor {
         debug_assert_eq!(shape.iter().product::<usize>(), data.len());

@@ -63,6 +63,10 @@ pub enum StoreError {
     Missing { tensor: String, expected: Vec<usize> },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
+    #[error(
+        "{tensor} (in {file}): element {element} is NaN or infinite; the file is damaged or holds a diverged model"
+    )]
+    NotFinite { tensor: String, file: String, element: usize },
 }
 
 /// Where one tensor lies: file, dtype, shape and absolute byte range.
@@ -240,11 +244,15 @@ impl Checkpoint {
             .get(&entry.file)
             .and_then(|b| b.get(entry.start..entry.end))
             .ok_or_else(|| StoreError::MissingFile { file: entry.file.clone() })?;
-        host::decode(entry.dtype, &entry.shape, bytes).ok_or_else(|| StoreError::Dtype {
+        let t = host::decode(entry.dtype, &entry.shape, bytes).ok_or_else(|| StoreError::Dtype {
             tensor: name.to_string(),
             file: entry.file.clone(),
             dtype: entry.dtype.to_string(),
-        })
+        })?;
+        if let Some(element) = t.first_non_finite() {
+            return Err(StoreError::NotFinite { tensor: name.to_string(), file: entry.file.clone(), element });
+        }
+        Ok(t)
     }
 
     /// Names of the safetensors files the weights come from.

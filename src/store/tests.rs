@@ -210,3 +210,41 @@ fn open_dir_reads_files() {
     let e = Checkpoint::open_dir(&dir).expect_err("no dir").to_string();
     assert!(e.contains("config.json"), "{e}");
 }
+
+#[test]
+fn non_finite_weights_are_refused_naming_the_element() {
+    let cfg = tiny_config(false);
+    let key = layout::input_norm_key(0);
+    for (bad, dtype) in [(f32::NAN, "f32"), (f32::INFINITY, "bf16"), (f32::NEG_INFINITY, "f16")] {
+        let mut values: Vec<f32> = (0..36).map(|k| k as f32 / 36.0).collect();
+        values[7] = bad;
+        let t = HostTensor::from_f32(&[36], values);
+        let t = match dtype {
+            "bf16" => HostTensor {
+                shape: t.shape.clone(),
+                data: HostData::BF16(t.to_f32().iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect()),
+            },
+            "f16" => HostTensor {
+                shape: t.shape.clone(),
+                data: HostData::F16(t.to_f32().iter().map(|&x| half::f16::from_f32(x).to_bits()).collect()),
+            },
+            _ => t,
+        };
+        let mut files = tiny_files(&cfg, &[key.as_str()], &[]);
+        let ckpt = Checkpoint::from_files(files.clone()).expect("opens");
+        let mut tensors: Vec<(String, HostTensor)> = ckpt
+            .tensor_names()
+            .into_iter()
+            .map(|n| {
+                let t = ckpt.tensor(&n).expect("reads");
+                (n, t)
+            })
+            .collect();
+        tensors.push((key.clone(), t));
+        let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        files.insert(SINGLE_FILE.into(), encode_safetensors(&refs));
+        let ckpt = Checkpoint::from_files(files).expect("opens");
+        let e = ckpt.tensor(&key).expect_err("a non-finite weight is refused").to_string();
+        assert!(e.contains(&key) && e.contains("element 7") && e.contains("NaN or infinite"), "{dtype}: {e}");
+    }
+}

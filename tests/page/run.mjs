@@ -324,6 +324,15 @@ try {
   ok('exported adapter_config.json and adapter_model.safetensors', names.join(',') === 'adapter_config.json,adapter_model.safetensors', names.join(', '));
   const cfg = JSON.parse(fs.readFileSync(path.join(downloads, 'adapter_config.json'), 'utf8'));
   ok('the adapter config is PEFT LoRA, rank 8', cfg.r === 8 && String(cfg.peft_type ?? '').toUpperCase() === 'LORA', `r=${cfg.r} alpha=${cfg.lora_alpha} targets=${cfg.target_modules}`);
+  // The export holds the adapter and nothing of the user's: LoRA tensors only, and no example
+  // text anywhere in the two files.
+  const st = fs.readFileSync(path.join(downloads, 'adapter_model.safetensors'));
+  const header = JSON.parse(st.subarray(8, 8 + Number(st.readBigUInt64LE(0))).toString('utf8'));
+  const keys = Object.keys(header).filter((k) => k !== '__metadata__');
+  const both = st.toString('latin1') + fs.readFileSync(path.join(downloads, 'adapter_config.json'), 'latin1');
+  const leaked = EXAMPLES.flat().flatMap((t) => t.split(/\W+/)).filter((w) => w.length >= 6 && both.includes(w));
+  ok('the exported files hold only the adapter', keys.length > 0 && keys.every((k) => /\.lora_[AB]\.weight$/.test(k)) && leaked.length === 0,
+    `${keys.length} LoRA tensors${leaked.length ? `; example words found: ${leaked.join(', ')}` : ''}`);
   await shot('5-adapter', '#panel-adapter');
   await shot('0-page');
 
@@ -364,6 +373,9 @@ try {
   await page.setViewportSize({ width: 1280, height: 900 });
 
   // ---- privacy: where requests went -------------------------------------------------------------
+  const words = EXAMPLES.flat().flatMap((t) => t.split(/\W+/)).filter((w) => w.length >= 6);
+  const inUrls = requests.filter((r) => words.some((w) => decodeURIComponent(r.url).includes(w)));
+  ok('no example text in any request URL', inUrls.length === 0, inUrls.map((r) => r.url).slice(0, 3).join(' '));
   const foreign = requests.filter((r) => !r.url.startsWith(origin));
   ok('no request left this origin', foreign.length === 0, foreign.map((r) => r.url).slice(0, 5).join(' ') || `${requests.length} requests in all`);
   const late = requests.filter((r) => !['start', 'import'].includes(r.phase));
