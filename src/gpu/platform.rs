@@ -50,8 +50,14 @@ pub fn now_ms() -> f64 {
 /// The process's peak resident set size in bytes (Linux: VmHWM), None elsewhere.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn peak_rss() -> Option<u64> {
+    proc_status_bytes("VmHWM:")
+}
+
+/// A "<key> N kB" line of /proc/self/status, in bytes.
+#[cfg(not(target_arch = "wasm32"))]
+fn proc_status_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
@@ -64,10 +70,7 @@ pub fn peak_rss() -> Option<u64> {
 /// The process's resident set size now, in bytes (Linux: VmRSS), None elsewhere.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    proc_status_bytes("VmRSS:")
 }
 
 #[cfg(target_arch = "wasm32")]

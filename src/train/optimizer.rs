@@ -197,8 +197,13 @@ impl Optimizer {
     /// schedule), after global-norm clipping; increments the step count. `params` and `grads`
     /// must be shaped like the set the optimizer was made for. Does not zero the grads.
     pub fn step(&mut self, gpu: &Gpu, params: &LoraSet, grads: &LoraSet, lr: f32) {
-        assert!(same_structure(params, grads), "Optimizer::step: parameters and gradients differ in structure");
-        self.step = self.step.saturating_add(1);
+        self.measure(gpu, grads);
+        self.update(gpu, params, grads, lr);
+    }
+
+    /// Compute Σ grad² of `grads` into [`Optimizer::norm_sq`] without updating anything (to test
+    /// the gradients for non-finite values before [`Optimizer::update`]).
+    pub fn measure(&self, gpu: &Gpu, grads: &LoraSet) {
         let mut first = true;
         for (_, _, g) in grads.iter() {
             for t in [&g.a, &g.b] {
@@ -209,6 +214,13 @@ impl Optimizer {
         if first {
             fill(gpu, &self.norm_sq, 0.0);
         }
+    }
+
+    /// [`Optimizer::step`] after [`Optimizer::measure`] of the same `grads`: the update, with
+    /// clipping from the norm already measured.
+    pub fn update(&mut self, gpu: &Gpu, params: &LoraSet, grads: &LoraSet, lr: f32) {
+        assert!(same_structure(params, grads), "Optimizer::step: parameters and gradients differ in structure");
+        self.step = self.step.saturating_add(1);
         let c = &self.cfg;
         let max_norm = c.max_grad_norm;
         match &self.state {
@@ -234,21 +246,6 @@ impl Optimizer {
                     sgd_momentum_step(gpu, &h, &p.b, &g.b, b.map(|b| &b.b), &self.norm_sq, max_norm);
                 }
             }
-        }
-    }
-
-    /// Compute Σ grad² of `grads` into [`Optimizer::norm_sq`] without updating anything (to test
-    /// the gradients for non-finite values before a step).
-    pub fn measure(&self, gpu: &Gpu, grads: &LoraSet) {
-        let mut first = true;
-        for (_, _, g) in grads.iter() {
-            for t in [&g.a, &g.b] {
-                sum_squares(gpu, t, &self.norm_sq, !first);
-                first = false;
-            }
-        }
-        if first {
-            fill(gpu, &self.norm_sq, 0.0);
         }
     }
 

@@ -431,7 +431,7 @@ impl Trainer {
             self.opt.measure(gpu, grads);
             finite = self.opt.last_grad_norm(gpu).await?.is_finite();
             if finite {
-                self.opt.step(gpu, &self.lora.params, grads, lr);
+                self.opt.update(gpu, &self.lora.params, grads, lr);
             }
         }
         let loss = loss_sum / counted as f32;
