@@ -202,6 +202,12 @@ impl<S: AsyncChunkStore> Runtime<S> {
         chunks::list_models_async(&self.store).await
     }
 
+    /// Imports that stopped before their end (a closed tab, a lost connection, a full disk):
+    /// importing the same files under the same name again resumes them.
+    pub async fn partial_imports(&self) -> Result<Vec<crate::store::import::PartialImport>> {
+        crate::store::import::partial_imports_async(&self.store).await
+    }
+
     pub async fn delete_model(&mut self, name: &str) -> Result<()> {
         if self.loaded.as_ref().is_some_and(|l| l.info.name == name) {
             self.loaded = None;

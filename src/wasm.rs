@@ -11,7 +11,7 @@
 use crate::error::Error;
 use crate::gpu::Gpu;
 use crate::runtime::{GenerateRequest, Runtime};
-use crate::store::asyncio::MemoryFiles;
+use crate::store::asyncio::FileSet;
 use crate::store::idb::{self, IdbStore};
 use crate::store::web_files::{BlobFiles, HttpFiles};
 use crate::train::trainer::TrainConfig;
@@ -159,6 +159,18 @@ impl Engine {
         })
     }
 
+    /// [{name, bytes, total}] of the imports that stopped before their end (bytes stored of
+    /// total): importing the same files under the same name resumes one.
+    #[wasm_bindgen(js_name = listImports)]
+    pub fn list_imports(&self) -> js_sys::Promise {
+        run(&self.rt, |rt| async move {
+            let list = rt.borrow().partial_imports().await.map_err(err)?;
+            let v: Vec<_> =
+                list.iter().map(|p| serde_json::json!({"name": p.model, "bytes": p.done, "total": p.total})).collect();
+            to_js(&v)
+        })
+    }
+
     #[wasm_bindgen(js_name = deleteModel)]
     pub fn delete_model(&self, name: String) -> js_sys::Promise {
         run(&self.rt, |rt| async move {
@@ -213,14 +225,12 @@ impl Engine {
                 .find(|n| n.ends_with(".gguf"));
             let man = match gguf {
                 Some(gguf) => {
-                    // GGUF is converted in memory for now (the whole file is read once).
-                    use crate::store::asyncio::{read_all, FileSet};
+                    // Streamed: the metadata from the file's start, model.safetensors converted
+                    // range by range as the importer reads it (store/gguf_files.rs).
                     let src = blobs.open(&gguf).await.map_err(err)?.ok_or_else(|| bad_input(&gguf, "unreadable"))?;
-                    let bytes = read_all(&src).await.map_err(err)?;
-                    let hf = crate::formats::gguf::gguf_to_hf_files(&mut std::io::Cursor::new(&bytes))
-                        .map_err(|e| bad_input(&gguf, e))?;
-                    drop(bytes);
-                    rt.import(&name, &MemoryFiles::new(hf), free, &mut progress).await.map_err(err)?
+                    let files =
+                        crate::store::gguf_files::GgufFiles::open(src).await.map_err(|e| bad_input(&gguf, e))?;
+                    rt.import(&name, &files, free, &mut progress).await.map_err(err)?
                 }
                 None => rt.import(&name, &blobs, free, &mut progress).await.map_err(err)?,
             };

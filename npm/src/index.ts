@@ -12,6 +12,7 @@ import type {
   MemoryReport,
   Message,
   ModelInfo,
+  PartialImport,
   ProgressEvent,
   SessionInfo,
   SessionSummary,
@@ -198,6 +199,12 @@ export class Webtune {
   /** Complete models in the store. */
   listModels(): Promise<StoredModel[]> {
     return this.call('listModels', []);
+  }
+
+  /** Imports that stopped before their end (a closed tab, a lost connection, a full disk):
+   *  importing the same files under the same name again resumes one. */
+  listImports(): Promise<PartialImport[]> {
+    return this.call('listImports', []);
   }
 
   deleteModel(name: string): Promise<void> {

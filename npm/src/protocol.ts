@@ -12,6 +12,7 @@ import type {
   ErrorName,
   MemoryReport,
   ModelInfo,
+  PartialImport,
   ProgressEvent,
   SessionInfo,
   SessionSummary,
@@ -41,6 +42,7 @@ export interface Methods {
   open: { args: [dbName: string]; result: DeviceInfo };
   deviceInfo: { args: []; result: DeviceInfo };
   listModels: { args: []; result: StoredModel[] };
+  listImports: { args: []; result: PartialImport[] };
   deleteModel: { args: [name: string]; result: void };
   storage: { args: []; result: StorageInfo };
   importHub: { args: [name: string, base: string, repo: string, revision: string]; result: StoredModel };

@@ -26,6 +26,14 @@ export interface StoredModel {
   bytes: number;
 }
 
+/** An import that stopped before its end: `bytes` of `total` stored. Importing the same files
+ *  under the same name resumes it; deleteModel(name) drops it. */
+export interface PartialImport {
+  name: string;
+  bytes: number;
+  total: number;
+}
+
 /** navigator.storage.estimate() and persisted(). */
 export interface StorageInfo {
   usage: number;

@@ -12,6 +12,7 @@ import type {
   SessionSummary,
   StepReport,
   StorageInfo,
+  PartialImport,
   StoredModel,
   TrainResult,
 } from './types.js';
@@ -21,6 +22,7 @@ import { ERROR_NAMES, type ErrorData, type FromWorker, type Methods, type Reques
 interface EngineApi {
   deviceInfo(): DeviceInfo;
   listModels(): Promise<StoredModel[]>;
+  listImports(): Promise<PartialImport[]>;
   deleteModel(name: string): Promise<void>;
   storage(): Promise<StorageInfo>;
   importHub(name: string, base: string, repo: string, revision: string, onProgress: (e: ProgressEvent) => void): Promise<StoredModel>;
@@ -166,6 +168,7 @@ const handlers: Handlers = {
   },
   deviceInfo: () => gpu((e) => e.deviceInfo()),
   listModels: () => gpu((e) => e.listModels()),
+  listImports: () => gpu((e) => e.listImports()),
   deleteModel: (_id, name) => gpu((e) => e.deleteModel(name)),
   storage: () => gpu((e) => e.storage()),
   importHub: (id, name, base, repo, revision) =>

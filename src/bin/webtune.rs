@@ -72,6 +72,18 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write a GGUF of a preset's shape (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, smollm2-135m) with
+    /// random F16 weights and a stand-in byte-level tokenizer: an input to benchmark imports at real
+    /// sizes (qwen2.5-0.5b: 988 MB) without a download.
+    MakeGguf {
+        #[arg(long)]
+        shape: String,
+        /// The .gguf file to write (written as FILE.part, then renamed)
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
     /// Write the f32 checkpoint that a model loaded with --weights computes with (quantized then
     /// dequantized, exactly as the kernels see it): for reference fixtures and inspection.
     Dequantize {
@@ -354,6 +366,17 @@ async fn run(cli: Cli) -> Result<(), Fail> {
         Cmd::Import { gguf, out } => {
             let summary = webtune::formats::gguf::import_gguf_to_dir(&gguf, &out).map_err(input_err)?;
             eprintln!("{summary}; written to {}", out.display());
+            Ok(())
+        }
+        Cmd::MakeGguf { shape, out, seed } => {
+            let cfg = webtune::config::ModelConfig::preset(&shape).map_err(|e| Fail(2, format!("--shape: {e}")))?;
+            let part = PathBuf::from(format!("{}.part", out.display()));
+            let io = |p: &PathBuf, e: std::io::Error| Fail(1, format!("{}: {e}", p.display()));
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&part).map_err(|e| io(&part, e))?);
+            let n = webtune::formats::gguf::write_random_model(&cfg, seed, &mut w).map_err(|e| io(&part, e))?;
+            w.into_inner().map_err(|e| io(&part, e.into_error()))?.sync_all().map_err(|e| io(&part, e))?;
+            std::fs::rename(&part, &out).map_err(|e| io(&out, e))?;
+            eprintln!("{shape}: {n} bytes of random weights written to {}", out.display());
             Ok(())
         }
         Cmd::Dequantize { model, weights, out } => {

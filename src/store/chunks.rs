@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-/// Default most bytes of one chunk.
-pub const MAX_CHUNK_BYTES: usize = 32 << 20;
+/// Default most bytes of one chunk: 16 MiB, so that an import, which holds one chunk at a time
+/// (and a load, which reads one), stays well inside a phone's wasm memory.
+pub const MAX_CHUNK_BYTES: usize = 16 << 20;
 
 /// The manifest format this code writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;

@@ -7,6 +7,7 @@
 
 pub mod asyncio;
 pub mod chunks;
+pub mod gguf_files;
 mod host;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;

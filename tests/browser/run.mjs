@@ -10,7 +10,14 @@
 //     the stored run in a new worker (as after a reload) with a chat answered between steps,
 //     export and import of the adapter (same greedy answer), a NotFound error, memory().
 //
+//  3. a GGUF picked as a File (the tiny llama of fuzz/seeds/gguf/) imported with importFiles:
+//     converted range by range as it is stored, listed, and its greedy answer equals the native
+//     CLI's on the directory `webtune import --gguf` makes from the same file.
+//
 //   node tests/browser/run.mjs [--no-build] [--steps 20] [--out target/screenshots]
+//   node tests/browser/run.mjs --no-build --gguf FILE     (only part 3, on FILE: to measure
+//       the wasm memory an import needs; `webtune make-gguf --shape qwen2.5-0.5b --out FILE`
+//       writes a 991 MB one; add --no-answer to skip loading it)
 //
 // scripts/test-browser-app.sh builds the package and the CLI first. --no-build skips the
 // example app's npm install and vite build. Prints one line per check, the losses, the time per
@@ -31,6 +38,9 @@ const arg = (name, fallback) => {
   return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
 };
 const STEPS = Number(arg('steps', '20'));
+const GGUF_ONLY = arg('gguf', null);
+const GGUF = path.resolve(root, GGUF_ONLY ?? 'fuzz/seeds/gguf/tiny-llama.gguf');
+const GGUF_QUESTION = 'the 12';
 const OUT = path.resolve(root, arg('out', 'target/screenshots'));
 const app = path.join(root, 'examples/vite-app');
 const t0 = Date.now();
@@ -83,6 +93,58 @@ function nativeLosses() {
   return [...out.matchAll(/^step \d+\/\d+ loss (\S+)/gm)].map((m) => Number(m[1]));
 }
 
+/** The native CLI's greedy chat answer on the directory `webtune import --gguf` makes of GGUF. */
+function nativeGgufAnswer() {
+  const dir = path.join(root, 'target/browser/gguf-hf');
+  fs.rmSync(dir, { recursive: true, force: true });
+  const env = { XDG_RUNTIME_DIR: '/tmp', ...process.env };
+  execFileSync(cli, ['import', '--gguf', GGUF, '--out', dir], { env, stdio: 'ignore' });
+  const out = execFileSync(cli, ['generate', '--model', dir, '--chat', '--prompt', GGUF_QUESTION, '--max-new-tokens', '8'],
+    { env, stdio: ['ignore', 'pipe', 'ignore'] });
+  return out.toString().replace(/\n$/, ''); // the CLI ends its output with a newline of its own
+}
+
+/** Part 3: import GGUF through a file input on `tab` into a fresh client, then answer. */
+async function ggufImport(tab, answer) {
+  await tab.evaluate(() => {
+    const input = Object.assign(document.createElement('input'), { type: 'file', id: 'gguf-input' });
+    document.body.append(input);
+  });
+  await tab.setInputFiles('#gguf-input', GGUF);
+  return tab.evaluate(async ({ question, answer }) => {
+    const wt = await window.__Webtune.open({ dbName: 'webtune-gguf' });
+    const out = { wasmBefore: (await wt.memory()).wasmBytes, events: 0 };
+    const t = performance.now();
+    out.stored = await wt.importFiles('gguf', document.getElementById('gguf-input').files, (e) => {
+      out.events++;
+      if (e.status === 'total') out.rate = e.rate;
+    });
+    out.ms = performance.now() - t;
+    out.wasmAfter = (await wt.memory()).wasmBytes;
+    out.models = await wt.listModels();
+    if (answer) {
+      await wt.loadModel('gguf');
+      out.answer = await wt.generate(question, { maxNewTokens: 8, temperature: 0 });
+    }
+    await wt.deleteModel('gguf');
+    wt.close();
+    return out;
+  }, { question: GGUF_QUESTION, answer });
+}
+
+function checkGguf(g, answer) {
+  const mb = (b) => (b < 1e6 ? `${(b / 1e3).toFixed(1)} kB` : `${(b / 1e6).toFixed(1)} MB`);
+  const size = fs.statSync(GGUF).size;
+  ok(`the GGUF (${mb(size)}) was imported from a File and listed`, g.models.some((m) => m.name === 'gguf' && m.bytes === g.stored.bytes) && g.events > 0,
+    `${mb(g.stored.bytes)} stored in ${(g.ms / 1000).toFixed(1)} s, ${g.events} progress events`);
+  note(`wasm memory: ${mb(g.wasmBefore)} before the import, ${mb(g.wasmAfter)} after (it only grows: that is the peak)`);
+  if (answer) {
+    const native = nativeGgufAnswer();
+    ok('its greedy answer equals the native CLI\'s on `webtune import --gguf`', g.answer === native && native.length > 0,
+      `${JSON.stringify(g.answer)} vs ${JSON.stringify(native)}`);
+  }
+}
+
 // ---- the example app, against the packed tarball ----------------------------------------------
 if (!process.argv.includes('--no-build')) {
   const tarball = path.join(root, 'target/npm/webtune-0.1.0.tgz');
@@ -99,6 +161,9 @@ if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error(`${dist}/inde
 
 // ---- one server: the app, and the model in the hub layout with Range requests ------------------
 const REPO = 'tiny/model';
+const STALL_REPO = 'stall/model';
+const stalled = {};
+stalled.promise = new Promise((resolve) => (stalled.resolve = resolve));
 const hubRequests = [];
 const OPTIONAL = ['special_tokens_map.json', 'vocab.json', 'merges.txt', 'model.safetensors.index.json'];
 const HUB = /^\/([^/]+\/[^/]+)\/resolve\/[^/]+\/([^/]+)$/;
@@ -135,11 +200,96 @@ const server = http.createServer((req, res) => {
   hubRequests.push(rec);
   res.on('finish', () => (rec.status = res.statusCode));
   const file = path.join(tiny, m[2]);
+  // STALL_REPO: the same files, but a read of the weights' data (past the header) never
+  // answers, so a tab importing it can be closed in the middle.
+  if (m[1] === STALL_REPO && m[2] === 'model.safetensors' && /^bytes=([1-9]\d{3,})-/.test(req.headers.range ?? '')) {
+    stalled.resolve();
+    return;
+  }
+  if (m[1] === STALL_REPO && fs.existsSync(file)) return sendHubFile(req, res, file);
   if (m[1] !== REPO || m[2].startsWith('.') || !fs.existsSync(file)) return res.writeHead(404).end();
   sendHubFile(req, res, file);
 });
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
 const origin = `http://127.0.0.1:${server.address().port}`;
+
+/** A new tab of `context` on the example app, stopped at once, with the client class exposed. */
+async function bareTab(context) {
+  const t = await context.newPage();
+  t.setDefaultTimeout(15 * 60_000);
+  await t.goto(`${origin}/?${new URLSearchParams({ base: origin, repo: 'none/none', expose: '' })}`);
+  await t.waitForFunction(() => window.__result !== undefined, null, { polling: 200 });
+  return t;
+}
+
+/** Part 4: close tabs mid-import, mid-training and mid-export; reopen and finish each. */
+async function closedTabs(context, native) {
+  const OPEN = "window.__wt = await window.__Webtune.open({ dbName: 'webtune-example' })";
+  // An import whose weights never arrive: close its tab while it waits for them.
+  let t = await bareTab(context);
+  await t.evaluate(`(async () => { ${OPEN}; window.__wt.importHub({ name: 'closed-import', base: '${origin}', repo: '${STALL_REPO}' }).catch(() => {}); })()`);
+  await stalled.promise;
+  await t.close();
+  t = await bareTab(context);
+  const imp = await t.evaluate(async ({ origin, repo }) => {
+    const wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+    const out = { imports: await wt.listImports(), models: await wt.listModels() };
+    out.stored = await wt.importHub({ name: 'closed-import', base: origin, repo });
+    out.importsAfter = await wt.listImports();
+    out.modelsAfter = await wt.listModels();
+    await wt.deleteModel('closed-import');
+    wt.close();
+    return out;
+  }, { origin, repo: REPO });
+  const partial = imp.imports.find((i) => i.name === 'closed-import');
+  ok('a tab closed mid-import: the import is listed as unfinished, not as a model', partial?.total > 0 && !imp.models.some((m) => m.name === 'closed-import'),
+    JSON.stringify(imp.imports));
+  const tinyBytes = imp.modelsAfter.find((m) => m.name === 'tiny')?.bytes;
+  ok('… and importing it again finishes it', imp.importsAfter.length === 0 && imp.stored.bytes === tinyBytes &&
+    imp.modelsAfter.some((m) => m.name === 'closed-import' && m.bytes === tinyBytes), `${imp.stored.bytes} bytes, as the first import`);
+
+  // A run saving every 2 steps: close its tab during step 6.
+  await t.evaluate(`(async () => {
+    ${OPEN};
+    await window.__wt.loadModel('tiny');
+    window.__step = 0;
+    window.__wt.train({ sessionId: 'closed-run', config: ${JSON.stringify(API_CONFIG)}, dataset: ${JSON.stringify(API_DATASET)}, saveEvery: 2 },
+      { onStep: (s) => (window.__step = s.step) }).catch(() => {});
+  })()`);
+  await t.waitForFunction(() => window.__step >= 5, null, { polling: 20 });
+  await t.close();
+  t = await bareTab(context);
+  const run = await t.evaluate(async () => {
+    const wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+    const listed = (await wt.listSessions()).find((s) => s.id === 'closed-run');
+    const out = { listed: listed && { step: listed.step, losses: listed.losses } };
+    out.done = await wt.resume('closed-run');
+    // Close this tab while it exports the adapter.
+    window.__exporting = wt.exportAdapter().catch(() => {});
+    return out;
+  });
+  await t.close();
+  const saved = run.listed?.step;
+  ok('a tab closed mid-training: the run is listed at its last checkpoint', saved >= 4 && saved % 2 === 0 && run.listed.losses.length === saved,
+    `step ${saved}`);
+  const worst = Math.max(...native.map((n, i) => Math.abs(run.done.losses[i] - n) / Math.abs(n)));
+  ok('… and resuming it gives the uninterrupted run\'s losses (native, within 1e-5)', run.done.reason === 'done' && run.done.losses.length === 8 &&
+    native.every((n, i) => Math.abs(run.done.losses[i] - n) <= 1e-5 * Math.abs(n) + 1e-6), `worst ${worst.toExponential(1)}`);
+  t = await bareTab(context);
+  const after = await t.evaluate(async () => {
+    const wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+    const listed = (await wt.listSessions()).find((s) => s.id === 'closed-run');
+    await wt.resumeSession('closed-run');
+    const files = await wt.exportAdapter();
+    const out = { step: listed?.step, losses: listed?.losses, bytes: files.model.size, config: JSON.parse(await files.config.text()) };
+    await wt.deleteSession('closed-run');
+    wt.close();
+    return out;
+  });
+  await t.close();
+  ok('a tab closed mid-export: the run is intact and exports', after.step === 8 && after.bytes > 0 && after.config.r === API_CONFIG.rank &&
+    after.losses.every((l, i) => l === run.done.losses[i]), `${after.bytes} bytes`);
+}
 
 // ---- the browser ------------------------------------------------------------------------------
 const browser = await chromium.launch({
@@ -159,7 +309,9 @@ const browser = await chromium.launch({
 const errors = [];
 let failed = false;
 try {
-  const tab = await browser.newPage({ viewport: { width: 900, height: 800 } });
+  // One context for every tab, so they share the origin's IndexedDB as tabs of one profile do.
+  const context = await browser.newContext({ viewport: { width: 900, height: 800 } });
+  const tab = await context.newPage();
   tab.on('pageerror', (e) => errors.push(`pageerror: ${e.message}${process.env.VERBOSE ? ` ${e.stack}` : ''}`));
   tab.on('console', (m) => {
     // The import probes for optional files (special_tokens_map.json, vocab.json, merges.txt,
@@ -171,143 +323,162 @@ try {
   });
   tab.setDefaultTimeout(15 * 60_000);
 
-  // 1. The example app.
-  const query = new URLSearchParams({ base: origin, repo: REPO, name: 'tiny', steps: String(STEPS), expose: '' });
-  await tab.goto(`${origin}/?${query}`);
-  await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
-  const r = await tab.evaluate(() => window.__result);
-  fs.mkdirSync(OUT, { recursive: true });
-  const shot = path.join(OUT, 'example-app.png');
-  await tab.screenshot({ path: shot, fullPage: true });
-  note(`screenshot ${path.relative(root, shot)}`);
-  ok('the app ran to the end', r.ok, r.ok ? r.device : `${r.error?.name}: ${r.error?.message}`);
+  if (GGUF_ONLY) {
+    // The app's own run is pointed at a repository that does not exist: it stops at once.
+    await tab.goto(`${origin}/?${new URLSearchParams({ base: origin, repo: 'none/none', expose: '' })}`);
+    await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
+    errors.length = 0;
+    const answer = !process.argv.includes('--no-answer');
+    checkGguf(await ggufImport(tab, answer), answer);
+    ok('no page errors', errors.length === 0, errors.join(' | '));
+  } else {
 
-  const ranged = hubRequests.filter((q) => q.file === 'model.safetensors' && q.range);
-  if (process.env.VERBOSE) for (const q of hubRequests) note(`${q.method} ${q.file} ${q.range ?? ''} → ${q.status}`);
-  const missing = hubRequests.filter((q) => q.status === 404).map((q) => q.file);
-  ok('only optional files were missing', missing.every((f) => OPTIONAL.includes(f)), missing.join(', '));
-  ok('the import read the weights with Range requests', ranged.length > 0 && ranged.every((q) => q.status === 206),
-    `${hubRequests.length} hub requests, ${ranged.length} ranged: ${ranged.slice(0, 3).map((q) => q.range).join(', ')}${ranged.length > 3 ? ', …' : ''}`);
-  ok('the model is listed', r.models.some((m) => m.name === 'tiny' && m.bytes > 0), JSON.stringify(r.models));
-  ok(`${STEPS} steps ran`, r.losses.length === STEPS && r.run.reason === 'done' && r.run.step === STEPS, `reason ${r.run.reason}`);
-  note(`losses: ${r.losses.map((l) => l.toFixed(3)).join(' ')}`);
-  const mean = r.stepMs.reduce((a, b) => a + b, 0) / r.stepMs.length;
-  const sorted = [...r.stepMs].sort((a, b) => a - b);
-  note(`time per step: mean ${mean.toFixed(0)} ms, median ${sorted[sorted.length >> 1].toFixed(0)} ms, first ${r.stepMs[0].toFixed(0)} ms`);
-  const [first, last] = [r.losses[0], r.losses[r.losses.length - 1]];
-  ok('the loss falls (last < 0.7 × first)', last < 0.7 * first, `${first.toFixed(3)} → ${last.toFixed(3)}`);
-  ok('an answer came back', typeof r.answer === 'string' && r.answer.trim().length > 0, JSON.stringify(r.answer));
-  ok('no page errors so far', errors.length === 0, errors.join(' | '));
+    // 1. The example app.
+    const query = new URLSearchParams({ base: origin, repo: REPO, name: 'tiny', steps: String(STEPS), expose: '' });
+    await tab.goto(`${origin}/?${query}`);
+    await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
+    const r = await tab.evaluate(() => window.__result);
+    fs.mkdirSync(OUT, { recursive: true });
+    const shot = path.join(OUT, 'example-app.png');
+    await tab.screenshot({ path: shot, fullPage: true });
+    note(`screenshot ${path.relative(root, shot)}`);
+    ok('the app ran to the end', r.ok, r.ok ? r.device : `${r.error?.name}: ${r.error?.message}`);
 
-  // 2. The client's API, on the same engine.
-  const api = await tab.evaluate(async ({ question, dataset, config }) => {
-    let wt = window.__webtune;
-    const out = { steps: [] };
-    let pausing = null;
-    let started = null;
-    // Pause asked at step 2 (taken after the step then running).
-    out.paused = await wt.train({ sessionId: 'api', config, dataset, saveEvery: 0 }, {
-      onStart: (s) => (started = s),
-      onStep: (s) => {
-        out.steps.push(s.step);
-        if (s.step === 2) pausing = wt.pause();
-      },
-    });
-    out.started = started;
-    out.pauseResult = await pausing;
-    out.sessions = await wt.listSessions();
-    // An answer cut after its first piece, and one aborted before it began.
-    const pieces = [];
-    out.cut = await wt.generate(question, { maxNewTokens: 24 }, (t) => (pieces.push(t), false));
-    out.pieces = pieces;
-    const ac = new AbortController();
-    ac.abort();
-    out.aborted = await wt.generate(question, { maxNewTokens: 24, signal: ac.signal });
-    // Resume in memory, and pause again.
-    pausing = null;
-    out.paused2 = await wt.resume(undefined, {
-      onStep: (s) => {
-        out.steps.push(s.step);
-        pausing ??= wt.pause();
-      },
-    });
-    out.pause2Result = await pausing;
-    // "Reload": a new worker and engine on the same store resume the saved run; a chat asked
-    // during its first step is answered between steps.
-    wt.close();
-    out.closed = await wt.listModels().then(() => null, (e) => e.message);
-    wt = await window.__Webtune.open({ dbName: 'webtune-example' });
-    let chat = null;
-    out.resumed = await wt.resume('api', {
-      onStart: (s) => (out.reopened = { step: s.step, losses: s.losses.length }),
-      onStep: (s) => {
-        out.steps.push(s.step);
-        chat ??= wt.generate(question, { maxNewTokens: 8 }).then((a) => ({ a, stepsThen: out.steps.length }));
-      },
-    });
-    out.chat = await chat;
-    out.stepsAtEnd = out.steps.length;
-    // Export, then chat with the imported files: the same greedy answer.
-    const files = await wt.exportAdapter();
-    out.adapterBytes = files.model.size;
-    out.adapterConfig = JSON.parse(await files.config.text());
-    out.before = await wt.generate(question, { maxNewTokens: 12 });
-    await wt.importAdapter(files);
-    out.after = await wt.generate(question, { maxNewTokens: 12 });
-    // While another tab of this origin holds the session's lock, resuming it is refused.
-    let release;
-    const held = new Promise((r) => (release = r));
-    let locked;
-    const lockTaken = new Promise((r) => (locked = r));
-    navigator.locks.request('webtune-session:api', () => (locked(), held));
-    await lockTaken;
-    out.lockedOut = await wt.resume('api').then(() => null, (e) => ({ name: e.name, message: e.message }));
-    release();
-    // The run was closed by the import: resume it from the store (it is done).
-    out.stored = await wt.resume('api');
-    out.notFound = await wt.resumeSession('no-such-run').then(() => null, (e) => ({ name: e.name, message: e.message, isError: e instanceof Error }));
-    const mem = await wt.memory();
-    out.memory = { peak: mem.peak, categories: Object.keys(mem.categories) };
-    wt.close();
-    return out;
-  }, { question: r.question, dataset: API_DATASET, config: API_CONFIG });
+    const ranged = hubRequests.filter((q) => q.file === 'model.safetensors' && q.range);
+    if (process.env.VERBOSE) for (const q of hubRequests) note(`${q.method} ${q.file} ${q.range ?? ''} → ${q.status}`);
+    const missing = hubRequests.filter((q) => q.status === 404).map((q) => q.file);
+    ok('only optional files were missing', missing.every((f) => OPTIONAL.includes(f)), missing.join(', '));
+    ok('the import read the weights with Range requests', ranged.length > 0 && ranged.every((q) => q.status === 206),
+      `${hubRequests.length} hub requests, ${ranged.length} ranged: ${ranged.slice(0, 3).map((q) => q.range).join(', ')}${ranged.length > 3 ? ', …' : ''}`);
+    ok('the model is listed', r.models.some((m) => m.name === 'tiny' && m.bytes > 0), JSON.stringify(r.models));
+    ok(`${STEPS} steps ran`, r.losses.length === STEPS && r.run.reason === 'done' && r.run.step === STEPS, `reason ${r.run.reason}`);
+    note(`losses: ${r.losses.map((l) => l.toFixed(3)).join(' ')}`);
+    const mean = r.stepMs.reduce((a, b) => a + b, 0) / r.stepMs.length;
+    const sorted = [...r.stepMs].sort((a, b) => a - b);
+    note(`time per step: mean ${mean.toFixed(0)} ms, median ${sorted[sorted.length >> 1].toFixed(0)} ms, first ${r.stepMs[0].toFixed(0)} ms`);
+    const [first, last] = [r.losses[0], r.losses[r.losses.length - 1]];
+    ok('the loss falls (last < 0.7 × first)', last < 0.7 * first, `${first.toFixed(3)} → ${last.toFixed(3)}`);
+    ok('an answer came back', typeof r.answer === 'string' && r.answer.trim().length > 0, JSON.stringify(r.answer));
+    ok('no page errors so far', errors.length === 0, errors.join(' | '));
 
-  const p1 = api.paused.step;
-  ok('train() stopped where pause() asked', api.paused.reason === 'paused' && api.paused.saved && p1 >= 2 && p1 <= 3,
-    `step ${p1} of ${api.paused.totalSteps}, onStart: ${api.started?.totalSteps} steps, ${api.started?.examples} examples`);
-  ok('pause() resolved to the same result', api.pauseResult?.step === p1 && api.pauseResult?.reason === 'paused');
-  const listed = api.sessions.find((s) => s.id === 'api');
-  ok('the paused run is stored', listed?.step === p1 && listed.losses.length === p1, JSON.stringify(listed && { step: listed.step, losses: listed.losses.length }));
-  ok('onToken returning false cut the answer after one piece', api.pieces.length === 1 && api.cut === api.pieces[0], JSON.stringify(api.cut));
-  ok('an aborted signal gives an empty answer', api.aborted === '');
-  const p2 = api.paused2.step;
-  ok('resume() continued the run in memory, and paused again', api.paused2.reason === 'paused' && p2 > p1 && p2 < 8 && api.paused2.losses.length === p2,
-    `step ${p2}`);
-  ok('… and pause() resolved to that result', api.pause2Result?.step === p2 && api.pause2Result.reason === 'paused');
-  ok('a closed client rejects its calls', typeof api.closed === 'string', api.closed);
-  ok('a new worker resumed the stored run where it paused', api.reopened?.step === p2 && api.reopened.losses === p2);
-  ok('… and finished it', api.resumed.reason === 'done' && api.resumed.step === 8 && api.resumed.losses.length === 8 &&
-    api.resumed.losses.slice(0, p2).every((l, i) => l === api.paused2.losses[i]), `steps seen ${api.steps.join(',')}`);
-  // The worker's run (paused twice, resumed in a new worker) against the native CLI's
-  // uninterrupted one: the CLI prints six decimals, hence the small absolute slack.
-  const native = nativeLosses();
-  const worst = Math.max(...native.map((n, i) => Math.abs(api.resumed.losses[i] - n) / Math.abs(n)));
-  ok('the losses equal the native run within 1e-5 relative',
-    native.length === 8 && native.every((n, i) => Math.abs(api.resumed.losses[i] - n) <= 1e-5 * Math.abs(n) + 1e-6),
-    `worst ${worst.toExponential(1)}; native ${native.map((l) => l.toFixed(4)).join(' ')}`);
-  ok('a chat asked during training was answered between steps', api.chat && api.chat.stepsThen < api.stepsAtEnd,
-    `answered after step event ${api.chat?.stepsThen} of ${api.stepsAtEnd}: ${JSON.stringify(api.chat?.a)}`);
-  ok('the exported adapter is PEFT LoRA of rank 4', api.adapterBytes > 0 && api.adapterConfig.r === 4,
-    `${api.adapterBytes} bytes, targets ${api.adapterConfig.target_modules}`);
-  ok('the imported adapter answers as the trained one', api.before === api.after && api.before.length > 0, JSON.stringify(api.after));
-  ok('a session another tab is training is refused with Busy', api.lockedOut?.name === 'Busy' && /another tab/.test(api.lockedOut.message),
-    JSON.stringify(api.lockedOut));
-  ok('resume(id) of a finished stored run', api.stored.reason === 'done' && api.stored.step === 8 && api.stored.losses.length === 8);
-  ok('a missing session rejects with an Error named NotFound', api.notFound?.name === 'NotFound' && api.notFound.isError,
-    api.notFound && `${api.notFound.name}: ${api.notFound.message}`);
-  ok('memory() reports the categories', api.memory.peak > 0 && api.memory.categories.includes('lora'), api.memory.categories.join(','));
-  ok('no page errors', errors.length === 0, errors.join(' | '));
-  note(`answer: ${JSON.stringify(r.answer)}`);
+    // 2. The client's API, on the same engine.
+    const api = await tab.evaluate(async ({ question, dataset, config }) => {
+      let wt = window.__webtune;
+      const out = { steps: [] };
+      let pausing = null;
+      let started = null;
+      // Pause asked at step 2 (taken after the step then running).
+      out.paused = await wt.train({ sessionId: 'api', config, dataset, saveEvery: 0 }, {
+        onStart: (s) => (started = s),
+        onStep: (s) => {
+          out.steps.push(s.step);
+          if (s.step === 2) pausing = wt.pause();
+        },
+      });
+      out.started = started;
+      out.pauseResult = await pausing;
+      out.sessions = await wt.listSessions();
+      // An answer cut after its first piece, and one aborted before it began.
+      const pieces = [];
+      out.cut = await wt.generate(question, { maxNewTokens: 24 }, (t) => (pieces.push(t), false));
+      out.pieces = pieces;
+      const ac = new AbortController();
+      ac.abort();
+      out.aborted = await wt.generate(question, { maxNewTokens: 24, signal: ac.signal });
+      // Resume in memory, and pause again.
+      pausing = null;
+      out.paused2 = await wt.resume(undefined, {
+        onStep: (s) => {
+          out.steps.push(s.step);
+          pausing ??= wt.pause();
+        },
+      });
+      out.pause2Result = await pausing;
+      // "Reload": a new worker and engine on the same store resume the saved run; a chat asked
+      // during its first step is answered between steps.
+      wt.close();
+      out.closed = await wt.listModels().then(() => null, (e) => e.message);
+      wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+      let chat = null;
+      out.resumed = await wt.resume('api', {
+        onStart: (s) => (out.reopened = { step: s.step, losses: s.losses.length }),
+        onStep: (s) => {
+          out.steps.push(s.step);
+          chat ??= wt.generate(question, { maxNewTokens: 8 }).then((a) => ({ a, stepsThen: out.steps.length }));
+        },
+      });
+      out.chat = await chat;
+      out.stepsAtEnd = out.steps.length;
+      // Export, then chat with the imported files: the same greedy answer.
+      const files = await wt.exportAdapter();
+      out.adapterBytes = files.model.size;
+      out.adapterConfig = JSON.parse(await files.config.text());
+      out.before = await wt.generate(question, { maxNewTokens: 12 });
+      await wt.importAdapter(files);
+      out.after = await wt.generate(question, { maxNewTokens: 12 });
+      // While another tab of this origin holds the session's lock, resuming it is refused.
+      let release;
+      const held = new Promise((r) => (release = r));
+      let locked;
+      const lockTaken = new Promise((r) => (locked = r));
+      navigator.locks.request('webtune-session:api', () => (locked(), held));
+      await lockTaken;
+      out.lockedOut = await wt.resume('api').then(() => null, (e) => ({ name: e.name, message: e.message }));
+      release();
+      // The run was closed by the import: resume it from the store (it is done).
+      out.stored = await wt.resume('api');
+      out.notFound = await wt.resumeSession('no-such-run').then(() => null, (e) => ({ name: e.name, message: e.message, isError: e instanceof Error }));
+      const mem = await wt.memory();
+      out.memory = { peak: mem.peak, categories: Object.keys(mem.categories) };
+      wt.close();
+      return out;
+    }, { question: r.question, dataset: API_DATASET, config: API_CONFIG });
+
+    const p1 = api.paused.step;
+    ok('train() stopped where pause() asked', api.paused.reason === 'paused' && api.paused.saved && p1 >= 2 && p1 <= 3,
+      `step ${p1} of ${api.paused.totalSteps}, onStart: ${api.started?.totalSteps} steps, ${api.started?.examples} examples`);
+    ok('pause() resolved to the same result', api.pauseResult?.step === p1 && api.pauseResult?.reason === 'paused');
+    const listed = api.sessions.find((s) => s.id === 'api');
+    ok('the paused run is stored', listed?.step === p1 && listed.losses.length === p1, JSON.stringify(listed && { step: listed.step, losses: listed.losses.length }));
+    ok('onToken returning false cut the answer after one piece', api.pieces.length === 1 && api.cut === api.pieces[0], JSON.stringify(api.cut));
+    ok('an aborted signal gives an empty answer', api.aborted === '');
+    const p2 = api.paused2.step;
+    ok('resume() continued the run in memory, and paused again', api.paused2.reason === 'paused' && p2 > p1 && p2 < 8 && api.paused2.losses.length === p2,
+      `step ${p2}`);
+    ok('… and pause() resolved to that result', api.pause2Result?.step === p2 && api.pause2Result.reason === 'paused');
+    ok('a closed client rejects its calls', typeof api.closed === 'string', api.closed);
+    ok('a new worker resumed the stored run where it paused', api.reopened?.step === p2 && api.reopened.losses === p2);
+    ok('… and finished it', api.resumed.reason === 'done' && api.resumed.step === 8 && api.resumed.losses.length === 8 &&
+      api.resumed.losses.slice(0, p2).every((l, i) => l === api.paused2.losses[i]), `steps seen ${api.steps.join(',')}`);
+    // The worker's run (paused twice, resumed in a new worker) against the native CLI's
+    // uninterrupted one: the CLI prints six decimals, hence the small absolute slack.
+    const native = nativeLosses();
+    const worst = Math.max(...native.map((n, i) => Math.abs(api.resumed.losses[i] - n) / Math.abs(n)));
+    ok('the losses equal the native run within 1e-5 relative',
+      native.length === 8 && native.every((n, i) => Math.abs(api.resumed.losses[i] - n) <= 1e-5 * Math.abs(n) + 1e-6),
+      `worst ${worst.toExponential(1)}; native ${native.map((l) => l.toFixed(4)).join(' ')}`);
+    ok('a chat asked during training was answered between steps', api.chat && api.chat.stepsThen < api.stepsAtEnd,
+      `answered after step event ${api.chat?.stepsThen} of ${api.stepsAtEnd}: ${JSON.stringify(api.chat?.a)}`);
+    ok('the exported adapter is PEFT LoRA of rank 4', api.adapterBytes > 0 && api.adapterConfig.r === 4,
+      `${api.adapterBytes} bytes, targets ${api.adapterConfig.target_modules}`);
+    ok('the imported adapter answers as the trained one', api.before === api.after && api.before.length > 0, JSON.stringify(api.after));
+    ok('a session another tab is training is refused with Busy', api.lockedOut?.name === 'Busy' && /another tab/.test(api.lockedOut.message),
+      JSON.stringify(api.lockedOut));
+    ok('resume(id) of a finished stored run', api.stored.reason === 'done' && api.stored.step === 8 && api.stored.losses.length === 8);
+    ok('a missing session rejects with an Error named NotFound', api.notFound?.name === 'NotFound' && api.notFound.isError,
+      api.notFound && `${api.notFound.name}: ${api.notFound.message}`);
+    ok('memory() reports the categories', api.memory.peak > 0 && api.memory.categories.includes('lora'), api.memory.categories.join(','));
+    ok('no page errors', errors.length === 0, errors.join(' | '));
+    note(`answer: ${JSON.stringify(r.answer)}`);
+
+    // 3. A GGUF picked as a file.
+    checkGguf(await ggufImport(tab, true), true);
+    ok('no page errors after the GGUF', errors.length === 0, errors.join(' | '));
+
+    // 4. Tabs closed in the middle of an import, of a training run and of an export (the
+    // worker dies with its tab); each time a new tab of the same profile carries on.
+    await closedTabs(context, native);
+  }
 } catch (e) {
   failed = true;
   console.log(`FAILED: ${e.message}`);

@@ -9,7 +9,7 @@
 //! written, and the weights are streamed one tensor at a time.
 
 use super::tokenizer::tokenizer_files;
-use super::{invalid, unsupported, Gguf, GgufError, TensorInfo};
+use super::{dequantize, invalid, unsupported, Gguf, GgufError, TensorInfo};
 use crate::config::ModelConfig;
 use crate::model::layout::expected_tensors;
 use crate::store::{CONFIG_FILE, SINGLE_FILE};
@@ -72,16 +72,30 @@ struct Plan {
     summary: ImportSummary,
 }
 
+/// GGUF tensor names of the whole model and their HF counterparts.
+const TOP_NAMES: [(&str, &str); 3] = [
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// GGUF module names within a block (`blk.N.`) and their HF counterparts (`model.layers.N.`).
+const BLOCK_NAMES: [(&str, &str); 9] = [
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
 /// The HF name of a GGUF tensor (`None`: not a tensor of a llama/qwen2 checkpoint).
 fn hf_name(gguf: &str) -> Option<String> {
-    let top = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(t.to_string());
+    if let Some((_, hf)) = TOP_NAMES.iter().find(|(g, _)| *g == gguf) {
+        return Some(hf.to_string());
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, rest) = rest.split_once('.')?;
@@ -90,19 +104,102 @@ fn hf_name(gguf: &str) -> Option<String> {
     if kind != "weight" && kind != "bias" {
         return None;
     }
-    let module = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
+    let (_, module) = BLOCK_NAMES.iter().find(|(g, _)| *g == part)?;
     Some(format!("model.layers.{layer}.{module}.{kind}"))
+}
+
+/// The GGUF name of an HF tensor (the inverse of [`hf_name`]).
+fn gguf_name(hf: &str) -> Option<String> {
+    if let Some((g, _)) = TOP_NAMES.iter().find(|(_, h)| *h == hf) {
+        return Some(g.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let (part, _) = BLOCK_NAMES.iter().find(|(_, h)| *h == module)?;
+    Some(format!("blk.{layer}.{part}.{kind}"))
+}
+
+/// A GGUF of `cfg`'s shape with random weights (F16 matrices, F32 norms and biases, uniform in
+/// ±0.05 from `seed`) and a stand-in byte-level BPE tokenizer as large as a real one (3 special
+/// tokens, the 256 byte tokens, then pairs and triples of bytes with their merges): what `webtune make-gguf` writes to benchmark imports
+/// at real sizes without a download. Written tensor by tensor into `w`; returns the bytes written.
+pub fn write_random_model<W: Write>(cfg: &ModelConfig, seed: u64, w: &mut W) -> std::io::Result<u64> {
+    use crate::config::Arch;
+    const F32: u32 = 0;
+    const F16: u32 = 1;
+    let arch = match cfg.arch {
+        Arch::Llama => "llama",
+        Arch::Qwen2 => "qwen2",
+    };
+    // Byte-level BPE as real vocabularies are: the 256 byte tokens, then every pair of them, then
+    // pairs followed by a byte, each with its merge, up to the vocabulary size.
+    let bytes = super::tokenizer::byte_chars();
+    let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from).to_vec();
+    tokens.extend(bytes.iter().map(|c| c.to_string()));
+    let mut merges = Vec::new();
+    let pairs = bytes.iter().flat_map(|&a| bytes.iter().map(move |&b| (a.to_string(), b.to_string())));
+    let triples = pairs.clone().flat_map(|(a, b)| bytes.iter().map(move |&c| (format!("{a}{b}"), c.to_string())));
+    for (a, b) in pairs.chain(triples).take(cfg.vocab.saturating_sub(tokens.len())) {
+        tokens.push(format!("{a}{b}"));
+        merges.push(format!("{a} {b}"));
+    }
+    let mut types = vec![3; 3];
+    types.resize(tokens.len(), 1);
+    let mut g = super::write::GgufWriter::new();
+    let key = |k: &str| format!("{arch}.{k}");
+    g.str("general.architecture", arch)
+        .u32(&key("embedding_length"), cfg.hidden as u32)
+        .u32(&key("block_count"), cfg.layers as u32)
+        .u32(&key("attention.head_count"), cfg.heads as u32)
+        .u32(&key("attention.head_count_kv"), cfg.kv_heads as u32)
+        .u32(&key("attention.key_length"), cfg.head_dim as u32)
+        .u32(&key("feed_forward_length"), cfg.intermediate as u32)
+        .u32(&key("context_length"), cfg.max_position_embeddings as u32)
+        .f32(&key("rope.freq_base"), cfg.rope_theta as f32)
+        .f32(&key("attention.layer_norm_rms_epsilon"), cfg.rms_norm_eps as f32)
+        .str("tokenizer.ggml.model", "gpt2")
+        .str("tokenizer.ggml.pre", if arch == "qwen2" { "qwen2" } else { "smollm" })
+        .strs("tokenizer.ggml.tokens", &tokens)
+        .strs("tokenizer.ggml.merges", &merges)
+        .i32s("tokenizer.ggml.token_type", &types)
+        .u32("tokenizer.ggml.bos_token_id", 1)
+        .u32("tokenizer.ggml.eos_token_id", 2)
+        .u32("tokenizer.ggml.padding_token_id", 0)
+        .bool("tokenizer.ggml.add_bos_token", false)
+        .str(
+            "tokenizer.chat_template",
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}\
+             {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        );
+    let tensors = expected_tensors(cfg);
+    for (hf, shape) in &tensors {
+        let name = gguf_name(hf).ok_or_else(|| std::io::Error::other(format!("{hf}: no GGUF name")))?;
+        let ne: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        let numel = shape.iter().product::<usize>() as u64;
+        let (ty, bytes) = if shape.len() >= 2 { (F16, 2) } else { (F32, 4) };
+        g.tensor_len(&name, &ne, ty, numel * bytes);
+    }
+    let mut rng = crate::rng::Rng::new(seed);
+    let mut buf = Vec::new();
+    g.write(w, |i, w| {
+        let shape = &tensors[i].1;
+        let numel: usize = shape.iter().product();
+        // 1 Mi values at a time, so a 272 MB embedding table is never whole in memory.
+        for start in (0..numel).step_by(1 << 20) {
+            buf.clear();
+            for _ in start..(start + (1 << 20)).min(numel) {
+                let x = ((rng.uniform() * 2.0 - 1.0) * 0.05) as f32;
+                if shape.len() >= 2 {
+                    buf.extend(half::f16::from_f32(x).to_bits().to_le_bytes());
+                } else {
+                    buf.extend((1.0 + x).to_le_bytes());
+                }
+            }
+            w.write_all(&buf)?;
+        }
+        Ok(())
+    })
 }
 
 fn required(g: &Gguf, key: &str) -> Result<u64> {
@@ -280,40 +377,187 @@ pub(super) fn unpermute_rows(w: &[f32], rows: usize, heads: usize, name: &str) -
     Ok(out)
 }
 
-/// model.safetensors: the header (every tensor BF16), then each tensor read, dequantized,
-/// un-permuted and rounded. Returns the bytes written.
-fn write_safetensors<R: Read + Seek, W: Write>(
-    g: &Gguf,
-    r: &mut R,
-    tensors: &[Planned],
-    w: &mut W,
-    out_name: &str,
-) -> Result<u64> {
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), json!({"format": "pt"}));
-    let mut offset = 0usize;
-    for t in tensors {
-        let n = t.shape.iter().product::<usize>() * 2;
-        header.insert(
-            t.hf_name.clone(),
-            json!({"dtype": "BF16", "shape": t.shape, "data_offsets": [offset, offset + n]}),
-        );
-        offset += n;
-    }
-    let mut head = serde_json::Value::Object(header).to_string().into_bytes();
-    head.resize(head.len().next_multiple_of(8), b' ');
-    let io = |source| GgufError::Io { what: format!("writing {out_name}"), source };
-    w.write_all(&(head.len() as u64).to_le_bytes()).map_err(io)?;
-    w.write_all(&head).map_err(io)?;
-    for t in tensors {
-        let mut data = g.tensor_f32(r, &t.src.name)?;
-        if let Some(heads) = t.unpermute_heads {
-            data = unpermute_rows(&data, t.shape[0], heads, &t.src.name)?;
+/// Most bf16 bytes one conversion unit makes ([`HfView`]): 1 MiB, so converting a unit takes
+/// about 4 × that (raw bytes, f32, the un-permuted copy, bf16) whatever the model's size.
+pub const UNIT_BYTES: usize = 1 << 20;
+
+/// The Hugging Face checkpoint of a GGUF as a view: the small json files, and model.safetensors
+/// as a header plus tensors made on demand in units of whole rows (whole heads for the
+/// un-permuted Q and K), each from its own byte range of the GGUF. The metadata is dropped once
+/// the plan is made, so a view holds only the tensor infos; converting a range of
+/// model.safetensors needs only the units it overlaps. Both the native import (streamed into a
+/// file) and the browser's (a virtual file the importer reads in chunks) use it.
+pub struct HfView {
+    json: Vec<(&'static str, Vec<u8>)>,
+    tensors: Vec<Planned>,
+    summary: ImportSummary,
+    /// The length (u64 LE) and the JSON header of model.safetensors.
+    head: Vec<u8>,
+    /// Start of each tensor in model.safetensors (absolute), and the file's length last.
+    starts: Vec<u64>,
+    /// Rows per unit of each tensor.
+    unit_rows: Vec<usize>,
+}
+
+/// One unit of [`HfView`]: rows `rows` of tensor `tensor`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unit {
+    pub tensor: usize,
+    pub rows: (usize, usize),
+}
+
+impl HfView {
+    /// The view of a parsed GGUF (checked as for [`gguf_to_hf_files`]), with units of at
+    /// most `unit_bytes` bf16 bytes where rows allow (one row, or one head's rows, may be more).
+    pub fn new(g: Gguf, unit_bytes: usize) -> Result<HfView> {
+        let Plan { json, tensors, summary } = plan(&g)?;
+        drop(g);
+        let mut header = serde_json::Map::new();
+        header.insert("__metadata__".into(), json!({"format": "pt"}));
+        let mut offset = 0u64;
+        let mut rel = Vec::with_capacity(tensors.len());
+        let mut unit_rows = Vec::with_capacity(tensors.len());
+        for t in &tensors {
+            let n = t.shape.iter().product::<usize>() as u64 * 2;
+            header.insert(
+                t.hf_name.clone(),
+                json!({"dtype": "BF16", "shape": t.shape, "data_offsets": [offset, offset + n]}),
+            );
+            rel.push(offset);
+            offset += n;
+            let (rows, row_bytes) = (t.rows(), t.row_len() * 2);
+            let mut per = (unit_bytes / row_bytes.max(1)).clamp(1, rows);
+            if let Some(heads) = t.unpermute_heads {
+                // plan() checked nothing about divisibility: unpermute_rows refuses it when converting.
+                let head_rows = (rows / heads.max(1)).max(1);
+                per = per.next_multiple_of(head_rows).min(rows);
+            }
+            unit_rows.push(per);
         }
-        let bytes: Vec<u8> = data.iter().flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes()).collect();
-        w.write_all(&bytes).map_err(io)?;
+        let mut head = serde_json::Value::Object(header).to_string().into_bytes();
+        head.resize(head.len().next_multiple_of(8), b' ');
+        let mut prefixed = (head.len() as u64).to_le_bytes().to_vec();
+        prefixed.extend_from_slice(&head);
+        let data = prefixed.len() as u64;
+        let mut starts: Vec<u64> = rel.iter().map(|r| data + r).collect();
+        starts.push(data + offset);
+        Ok(HfView { json, tensors, summary, head: prefixed, starts, unit_rows })
     }
-    Ok(8 + head.len() as u64 + offset as u64)
+
+    /// config.json, the tokenizer files and generation_config.json, by name.
+    pub fn json_files(&self) -> &[(&'static str, Vec<u8>)] {
+        &self.json
+    }
+
+    pub fn summary(&self) -> &ImportSummary {
+        &self.summary
+    }
+
+    /// The length of model.safetensors.
+    pub fn safetensors_len(&self) -> u64 {
+        *self.starts.last().unwrap_or(&0)
+    }
+
+    /// model.safetensors's first bytes: the header length and the header.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// The units that hold bytes `start .. end` of model.safetensors, in order.
+    pub fn units(&self, start: u64, end: u64) -> Vec<Unit> {
+        let mut out = Vec::new();
+        let (start, end) = (start.max(self.head.len() as u64), end.min(self.safetensors_len()));
+        if start >= end {
+            return out;
+        }
+        // The tensor holding `start`: the last whose start is <= it.
+        let first = self.starts[..self.tensors.len()].partition_point(|&s| s <= start).saturating_sub(1);
+        for i in first..self.tensors.len() {
+            let t0 = self.starts[i];
+            if t0 >= end {
+                break;
+            }
+            let row_bytes = (self.tensors[i].row_len() * 2) as u64;
+            let rows = self.tensors[i].rows();
+            let per = self.unit_rows[i];
+            let lo = (start.saturating_sub(t0) / row_bytes) as usize / per * per;
+            let hi = ((end - t0).div_ceil(row_bytes) as usize).min(rows);
+            let mut r = lo;
+            while r < hi {
+                out.push(Unit { tensor: i, rows: (r, (r + per).min(rows)) });
+                r += per;
+            }
+        }
+        out
+    }
+
+    /// Where `unit`'s bytes lie in model.safetensors: (start, end).
+    pub fn unit_range(&self, unit: Unit) -> (u64, u64) {
+        let row_bytes = (self.tensors[unit.tensor].row_len() * 2) as u64;
+        let t0 = self.starts[unit.tensor];
+        (t0 + unit.rows.0 as u64 * row_bytes, t0 + unit.rows.1 as u64 * row_bytes)
+    }
+
+    /// Where `unit`'s source bytes lie in the GGUF: (offset, length).
+    pub fn source_range(&self, unit: Unit) -> (u64, usize) {
+        let t = &self.tensors[unit.tensor];
+        let row = t.src.n_bytes / t.rows() as u64;
+        (t.src.offset + unit.rows.0 as u64 * row, ((unit.rows.1 - unit.rows.0) as u64 * row) as usize)
+    }
+
+    /// `unit` in bf16, from its source bytes (as [`HfView::source_range`] says): dequantized,
+    /// un-permuted where llama.cpp permuted, rounded once.
+    pub fn convert(&self, unit: Unit, raw: &[u8]) -> Result<Vec<u8>> {
+        let t = &self.tensors[unit.tensor];
+        let rows = unit.rows.1 - unit.rows.0;
+        let mut data = dequantize(t.src.ggml_type, raw, rows * t.row_len()).map_err(|e| match e {
+            GgufError::Unsupported(m) => unsupported(format!("tensor {}: {m}", t.src.name)),
+            e => e,
+        })?;
+        if let Some(heads) = t.unpermute_heads {
+            let head_rows = t.rows() / heads.max(1);
+            if head_rows == 0 || t.rows() % heads != 0 {
+                return Err(invalid(format!(
+                    "tensor {}: {} rows cannot be split into {heads} heads",
+                    t.src.name,
+                    t.rows()
+                )));
+            }
+            data = unpermute_rows(&data, rows, rows / head_rows, &t.src.name)?;
+        }
+        Ok(data.iter().flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes()).collect())
+    }
+}
+
+impl Planned {
+    /// Rows: the first dimension of a matrix, 1 for a vector.
+    fn rows(&self) -> usize {
+        if self.shape.len() >= 2 {
+            self.shape[0]
+        } else {
+            1
+        }
+    }
+
+    /// Elements per row.
+    fn row_len(&self) -> usize {
+        self.shape.iter().product::<usize>() / self.rows()
+    }
+}
+
+/// model.safetensors, unit by unit. Returns the bytes written.
+fn write_safetensors<R: Read + Seek, W: Write>(view: &HfView, r: &mut R, w: &mut W, out_name: &str) -> Result<u64> {
+    let io = |source| GgufError::Io { what: format!("writing {out_name}"), source };
+    w.write_all(view.head()).map_err(io)?;
+    for unit in view.units(0, view.safetensors_len()) {
+        let (offset, len) = view.source_range(unit);
+        let what = || format!("reading tensor {} ({len} bytes at {offset})", view.tensors[unit.tensor].src.name);
+        r.seek(std::io::SeekFrom::Start(offset)).map_err(|source| GgufError::Io { what: what(), source })?;
+        let mut raw = vec![0u8; len];
+        r.read_exact(&mut raw).map_err(|source| GgufError::Io { what: what(), source })?;
+        w.write_all(&view.convert(unit, &raw)?).map_err(io)?;
+    }
+    Ok(view.safetensors_len())
 }
 
 /// The HF checkpoint files of a llama/qwen2 GGUF, by name: config.json, model.safetensors,
@@ -325,15 +569,14 @@ pub fn gguf_to_hf_files<R: Read + Seek>(r: &mut R) -> Result<HashMap<String, Vec
 
 /// [`gguf_to_hf_files`], and what was imported.
 pub fn gguf_to_hf_files_with_summary<R: Read + Seek>(r: &mut R) -> Result<(HashMap<String, Vec<u8>>, ImportSummary)> {
-    let g = Gguf::parse(r)?;
-    let plan = plan(&g)?;
-    let mut summary = plan.summary;
+    let view = HfView::new(Gguf::parse(r)?, UNIT_BYTES)?;
+    let mut summary = view.summary.clone();
     let mut weights = Vec::new();
-    let n = write_safetensors(&g, r, &plan.tensors, &mut weights, SINGLE_FILE)?;
+    let n = write_safetensors(&view, r, &mut weights, SINGLE_FILE)?;
     summary.files.push((SINGLE_FILE.to_string(), n));
     let mut files = HashMap::new();
     files.insert(SINGLE_FILE.to_string(), weights);
-    for (name, bytes) in plan.json {
+    for (name, bytes) in view.json {
         summary.files.push((name.to_string(), bytes.len() as u64));
         files.insert(name.to_string(), bytes);
     }
@@ -357,8 +600,8 @@ pub fn import_gguf_to_dir(gguf_path: &std::path::Path, out_dir: &std::path::Path
         GgufError::Invalid(m) => invalid(format!("{}: {m}", gguf_path.display())),
         e => e,
     })?;
-    let plan = plan(&g)?;
-    for name in plan.json.iter().map(|(n, _)| *n).chain([SINGLE_FILE]) {
+    let view = HfView::new(g, UNIT_BYTES)?;
+    for name in view.json.iter().map(|(n, _)| *n).chain([SINGLE_FILE]) {
         let path = out_dir.join(name);
         if path.exists() {
             return Err(GgufError::Io {
@@ -371,12 +614,12 @@ pub fn import_gguf_to_dir(gguf_path: &std::path::Path, out_dir: &std::path::Path
         }
     }
     std::fs::create_dir_all(out_dir).map_err(io(out_dir))?;
-    let mut summary = plan.summary;
+    let mut summary = view.summary.clone();
 
     let part = out_dir.join(format!("{SINGLE_FILE}.part"));
     let written = (|| {
         let mut w = BufWriter::new(File::create(&part).map_err(io(&part))?);
-        let n = write_safetensors(&g, &mut r, &plan.tensors, &mut w, SINGLE_FILE)?;
+        let n = write_safetensors(&view, &mut r, &mut w, SINGLE_FILE)?;
         w.into_inner().map_err(|e| io(&part)(e.into_error()))?.sync_all().map_err(io(&part))?;
         Ok(n)
     })();
@@ -387,7 +630,7 @@ pub fn import_gguf_to_dir(gguf_path: &std::path::Path, out_dir: &std::path::Path
     std::fs::rename(&part, &weights).map_err(io(&weights))?;
     summary.files.push((SINGLE_FILE.to_string(), n));
 
-    for (name, bytes) in &plan.json {
+    for (name, bytes) in &view.json {
         let path = out_dir.join(name);
         std::fs::write(&path, bytes).map_err(io(&path))?;
         summary.files.push((name.to_string(), bytes.len() as u64));

@@ -16,10 +16,13 @@
 mod hf;
 mod quants;
 mod tokenizer;
+pub mod write;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use hf::import_gguf_to_dir;
-pub use hf::{gguf_to_hf_files, gguf_to_hf_files_with_summary, ImportSummary};
+pub use hf::{
+    gguf_to_hf_files, gguf_to_hf_files_with_summary, write_random_model, HfView, ImportSummary, Unit, UNIT_BYTES,
+};
 pub use quants::{dequantize, GgmlType};
 
 use std::collections::BTreeMap;
@@ -282,7 +285,13 @@ impl<R: Read> Src<'_, R> {
                 if count > MAX_VALUES {
                     return Err(invalid(format!("{}: array length {count} is over {MAX_VALUES}", what())));
                 }
-                let mut items = Vec::with_capacity(count.min(1 << 16) as usize);
+                if self.values + count > MAX_VALUES {
+                    return Err(invalid(format!("{}: more than {MAX_VALUES} metadata values in all", what())));
+                }
+                // Exactly as many as there are (growing by doubling would take up to twice the
+                // memory, and a vocabulary's three arrays are the largest allocations of a parse):
+                // at most MAX_VALUES, and each at least min_size bytes of the file.
+                let mut items = Vec::with_capacity(count as usize);
                 for i in 0..count {
                     items.push(self.value(elem, depth + 1, &|| format!("{}[{i}]", what()))?);
                 }
@@ -404,6 +413,17 @@ impl Gguf {
         Ok(Gguf { version, metadata, tensors, alignment, data_offset, file_len: len })
     }
 
+    /// Parse from the first bytes of a file of `file_len` bytes: `Ok(None)` when the header,
+    /// metadata and tensor infos run past `prefix` (read more and try again). Every check is
+    /// made against `file_len`, as [`Gguf::parse`] makes it.
+    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Option<Gguf>> {
+        let mut r = Prefix { bytes: prefix, len: file_len, pos: 0 };
+        match Gguf::parse(&mut r) {
+            Err(GgufError::Io { source, .. }) if source.get_ref().is_some_and(|e| e.is::<PastPrefix>()) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
     /// Parse a GGUF held in memory.
     pub fn parse_bytes(bytes: &[u8]) -> Result<Gguf> {
         Gguf::parse(&mut std::io::Cursor::new(bytes))
@@ -472,6 +492,50 @@ impl Gguf {
             GgufError::Unsupported(m) => unsupported(format!("tensor {name}: {m}")),
             e => e,
         })
+    }
+}
+
+/// Reading past the prefix [`Gguf::parse_prefix`] was given.
+#[derive(Debug)]
+struct PastPrefix;
+
+impl std::fmt::Display for PastPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("past the bytes read so far")
+    }
+}
+
+impl std::error::Error for PastPrefix {}
+
+/// The first bytes of a file of `len` bytes.
+struct Prefix<'a> {
+    bytes: &'a [u8],
+    len: u64,
+    pos: u64,
+}
+
+impl Read for Prefix<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let have = self.bytes.get(self.pos as usize..).filter(|_| self.pos <= self.bytes.len() as u64).unwrap_or(&[]);
+        if have.is_empty() && !buf.is_empty() && self.pos < self.len {
+            return Err(std::io::Error::other(PastPrefix));
+        }
+        let n = have.len().min(buf.len());
+        buf[..n].copy_from_slice(&have[..n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for Prefix<'_> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start"))?;
+        Ok(self.pos)
     }
 }
 

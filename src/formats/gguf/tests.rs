@@ -15,102 +15,13 @@ const QUANTS: &[u8] = include_bytes!("../../../tests/fixtures/gguf/quants.gguf")
 // GGUF value and tensor type ids used below.
 const U32: u32 = 4;
 const I32: u32 = 5;
-const STRING: u32 = 8;
 const ARRAY: u32 = 9;
 const T_F32: u32 = 0;
 const T_F16: u32 = 1;
 const T_Q4_0: u32 = 2;
 const T_Q8_0: u32 = 8;
 
-fn put_str(buf: &mut Vec<u8>, s: &str) {
-    buf.extend((s.len() as u64).to_le_bytes());
-    buf.extend(s.as_bytes());
-}
-
-/// A minimal GGUF writer: metadata entries as raw value bytes, tensors as raw data.
-struct Writer {
-    version: u32,
-    kv: Vec<u8>,
-    n_kv: u64,
-    /// name, ne (innermost first), type id, data
-    tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
-}
-
-impl Writer {
-    fn new() -> Writer {
-        Writer { version: 3, kv: Vec::new(), n_kv: 0, tensors: Vec::new() }
-    }
-
-    /// A key of value type `ty` whose value bytes are `value`.
-    fn raw(&mut self, key: &str, ty: u32, value: &[u8]) -> &mut Writer {
-        put_str(&mut self.kv, key);
-        self.kv.extend(ty.to_le_bytes());
-        self.kv.extend(value);
-        self.n_kv += 1;
-        self
-    }
-
-    fn u32(&mut self, key: &str, v: u32) -> &mut Writer {
-        self.raw(key, U32, &v.to_le_bytes())
-    }
-
-    fn f32(&mut self, key: &str, v: f32) -> &mut Writer {
-        self.raw(key, 6, &v.to_le_bytes())
-    }
-
-    fn bool(&mut self, key: &str, v: bool) -> &mut Writer {
-        self.raw(key, 7, &[v as u8])
-    }
-
-    fn str(&mut self, key: &str, v: &str) -> &mut Writer {
-        let mut b = Vec::new();
-        put_str(&mut b, v);
-        self.raw(key, STRING, &b)
-    }
-
-    fn strs(&mut self, key: &str, v: &[String]) -> &mut Writer {
-        let mut b = STRING.to_le_bytes().to_vec();
-        b.extend((v.len() as u64).to_le_bytes());
-        v.iter().for_each(|s| put_str(&mut b, s));
-        self.raw(key, ARRAY, &b)
-    }
-
-    fn i32s(&mut self, key: &str, v: &[i32]) -> &mut Writer {
-        let mut b = I32.to_le_bytes().to_vec();
-        b.extend((v.len() as u64).to_le_bytes());
-        v.iter().for_each(|x| b.extend(x.to_le_bytes()));
-        self.raw(key, ARRAY, &b)
-    }
-
-    fn tensor(&mut self, name: &str, ne: &[u64], ty: u32, data: Vec<u8>) -> &mut Writer {
-        self.tensors.push((name.to_string(), ne.to_vec(), ty, data));
-        self
-    }
-
-    /// The file, data aligned to 32.
-    fn build(&self) -> Vec<u8> {
-        let mut out = b"GGUF".to_vec();
-        out.extend(self.version.to_le_bytes());
-        out.extend((self.tensors.len() as u64).to_le_bytes());
-        out.extend(self.n_kv.to_le_bytes());
-        out.extend(&self.kv);
-        let mut offset = 0u64;
-        for (name, ne, ty, data) in &self.tensors {
-            put_str(&mut out, name);
-            out.extend((ne.len() as u32).to_le_bytes());
-            ne.iter().for_each(|d| out.extend(d.to_le_bytes()));
-            out.extend(ty.to_le_bytes());
-            out.extend(offset.to_le_bytes());
-            offset = (offset + data.len() as u64).next_multiple_of(32);
-        }
-        out.resize(out.len().next_multiple_of(32), 0);
-        for (_, _, _, data) in &self.tensors {
-            out.extend(data);
-            out.resize(out.len().next_multiple_of(32), 0);
-        }
-        out
-    }
-}
+use super::write::GgufWriter as Writer;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -537,5 +448,117 @@ fn write_fuzz_seeds() {
         let (bytes, _) = tiny_model(arch, tied);
         gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("the seed converts");
         std::fs::write(dir.join(format!("tiny-{arch}.gguf")), bytes).expect("writes a seed");
+    }
+}
+
+/// Drive a future over memory files and a memory store: ready when first polled.
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    use std::task::{Context, Poll, Waker};
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("a memory future was not ready at once"),
+    }
+}
+
+/// A GGUF in memory that logs the length of every read.
+struct LoggedGguf {
+    file: crate::store::asyncio::MemoryFile,
+    reads: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
+}
+
+impl crate::store::asyncio::ByteSource for LoggedGguf {
+    fn describe(&self) -> String {
+        "tiny.gguf".into()
+    }
+    async fn size(&self) -> crate::error::Result<u64> {
+        self.file.size().await
+    }
+    async fn read(&self, start: u64, len: usize) -> crate::error::Result<Vec<u8>> {
+        self.reads.borrow_mut().push(len);
+        self.file.read(start, len).await
+    }
+}
+
+#[test]
+fn streamed_conversion_equals_the_whole_file_conversion() {
+    use crate::store::asyncio::{ByteSource, FileSet, MemoryFile, MemoryFiles};
+    use crate::store::chunks::MemoryStore;
+    use crate::store::gguf_files::GgufFiles;
+    use crate::store::import::{import_files, ImportOptions};
+    for (arch, tied) in [("llama", true), ("llama", false), ("qwen2", true)] {
+        let (bytes, _) = tiny_model(arch, tied);
+        let whole = gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("converts");
+        for (first_read, unit_bytes) in [(64, 64), (1000, 256), (1 << 20, UNIT_BYTES)] {
+            let reads = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let src = LoggedGguf {
+                file: MemoryFile { name: "tiny.gguf".into(), bytes: std::sync::Arc::new(bytes.clone()) },
+                reads: reads.clone(),
+            };
+            let files = run(GgufFiles::open_with(src, first_read, unit_bytes)).expect("opens");
+            let header_reads = reads.borrow().len();
+            assert!(first_read >= bytes.len() || header_reads > 1, "the prefix grew from {first_read} bytes");
+            for (name, want) in &whole {
+                let f = run(files.open(name)).expect("opens").unwrap_or_else(|| panic!("{name} is served"));
+                assert_eq!(run(f.size()).expect("size"), want.len() as u64, "{name}");
+                // Whole, then in odd pieces that cut rows and units anywhere.
+                assert_eq!(&run(f.read(0, want.len())).expect("reads"), want, "{arch} {name}");
+                let mut at = 0;
+                for step in [1usize, 7, 100, 3, 513].iter().cycle() {
+                    if at >= want.len() {
+                        break;
+                    }
+                    let n = (*step).min(want.len() - at);
+                    assert_eq!(run(f.read(at as u64, n)).expect("reads"), &want[at..at + n], "{name} at {at}");
+                    at += n;
+                }
+                let e = run(f.read(want.len() as u64 - 1, 2)).expect_err("past the end").to_string();
+                assert!(e.contains("beyond its end"), "{e}");
+            }
+            // Source reads after the header: one unit's bytes each (8 rows of a permuted Q at most).
+            let most = reads.borrow()[header_reads..].iter().copied().max().unwrap_or(0);
+            assert!(unit_bytes >= 1 << 20 || most <= unit_bytes.max(8 * 64), "{most} bytes read at once");
+
+            // The importer stores the same chunks from either.
+            let (a, b) = (MemoryStore::new(), MemoryStore::new());
+            let opts = ImportOptions { max_chunk: 1000, free_bytes: None };
+            let ma = run(import_files(&a, "m", &files, &opts, &mut |_| {})).expect("streamed import");
+            let mb =
+                run(import_files(&b, "m", &MemoryFiles::new(whole.clone()), &opts, &mut |_| {})).expect("whole import");
+            assert_eq!(ma, mb, "{arch}: same manifest");
+        }
+    }
+    // A file that cannot be converted is refused at open, naming it.
+    let (mut bad, _) = tiny_model("llama", true);
+    bad.truncate(bad.len() - 10);
+    let src = MemoryFile { name: "cut.gguf".into(), bytes: std::sync::Arc::new(bad) };
+    let e = run(GgufFiles::open_with(src, 64, 64)).err().expect("refused").to_string();
+    assert!(e.starts_with("cut.gguf: ") && e.contains("runs past the end of the file"), "{e}");
+}
+
+#[test]
+fn random_models_convert_at_preset_shapes() {
+    for preset in ["smollm2-135m", "qwen2.5-0.5b"] {
+        let mut cfg = crate::config::ModelConfig::preset(preset).expect("preset");
+        (cfg.layers, cfg.vocab) = (1, 300);
+        let mut bytes = Vec::new();
+        let n = write_random_model(&cfg, 3, &mut bytes).expect("writes");
+        assert_eq!(n, bytes.len() as u64);
+        let files = gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("converts");
+        let ckpt = Checkpoint::from_files(files).expect("opens");
+        crate::model::layout::validate(&ckpt).expect("every tensor with its shape");
+        let got = ckpt.config();
+        assert_eq!(
+            (got.arch, got.hidden, got.heads, got.kv_heads, got.head_dim),
+            (cfg.arch, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim)
+        );
+        assert_eq!(
+            (got.intermediate, got.vocab, got.qkv_bias, got.tie_word_embeddings),
+            (cfg.intermediate, 300, cfg.qkv_bias, cfg.tie_word_embeddings)
+        );
+        let w = ckpt.tensor("model.layers.0.mlp.down_proj.weight").expect("present").to_f32();
+        assert!(w.iter().all(|x| x.abs() <= 0.0501) && w.iter().any(|&x| x != 0.0), "{preset}: small random weights");
+        let tok = Tokenizer::from_checkpoint(&ckpt).expect("tokenizer loads");
+        assert_eq!(tok.decode(&tok.encode("héllo 42", false).expect("enc"), false).expect("dec"), "héllo 42");
     }
 }

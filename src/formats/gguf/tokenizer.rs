@@ -34,7 +34,7 @@ pub(super) struct TokenizerFiles {
 
 /// GPT-2's byte → printable character map (`bytes_to_unicode`): printable Latin-1 bytes map to
 /// themselves, the other 68 to U+0100.. in byte order.
-fn byte_chars() -> [char; 256] {
+pub(super) fn byte_chars() -> [char; 256] {
     let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
     let mut out = ['\0'; 256];
     let mut next = 256u32;
@@ -78,7 +78,7 @@ fn pre_tokenizer(pre: &str) -> Result<Json, GgufError> {
 }
 
 /// A token id from `key`, checked against the vocabulary.
-fn token_id(g: &Gguf, key: &str, tokens: &[String]) -> Result<Option<u32>, GgufError> {
+fn token_id(g: &Gguf, key: &str, tokens: &[&str]) -> Result<Option<u32>, GgufError> {
     match g.get_u64(key)? {
         None => Ok(None),
         Some(id) if id < tokens.len() as u64 => Ok(Some(id as u32)),
@@ -87,14 +87,13 @@ fn token_id(g: &Gguf, key: &str, tokens: &[String]) -> Result<Option<u32>, GgufE
 }
 
 /// Strings of an array key, each checked to be a string.
-fn strings(g: &Gguf, key: &str) -> Result<Vec<String>, GgufError> {
+fn strings<'g>(g: &'g Gguf, key: &str) -> Result<Vec<&'g str>, GgufError> {
     let items = g.get_array(key)?.ok_or_else(|| invalid(format!("metadata {key}: missing")))?;
     items
         .iter()
         .enumerate()
         .map(|(i, v)| {
             v.as_str()
-                .map(str::to_string)
                 .ok_or_else(|| invalid(format!("metadata {key}[{i}]: expected a string, found {}", v.type_name())))
         })
         .collect()
@@ -143,25 +142,36 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
     let chars = byte_chars();
     let alphabet: std::collections::HashSet<char> = chars.iter().copied().collect();
     let in_alphabet = |t: &str| t.chars().all(|c| alphabet.contains(&c));
-    let mut vocab = Map::new();
-    for (id, t) in tokens.iter().enumerate() {
-        let key = if in_alphabet(t) { t.clone() } else { t.bytes().map(|b| chars[b as usize]).collect() };
-        vocab.insert(key, json!(id));
-    }
-    let merges: Vec<Json> = merges
+    // Sorted by spelling as a JSON object's keys are (serde_json's map is a BTreeMap); of equal
+    // spellings the last id is kept. Streamed into tokenizer.json, never built as a JSON value:
+    // a 150k-token vocabulary and its merges would take tens of MB as one.
+    let respelled: std::collections::HashMap<usize, String> = tokens
         .iter()
         .enumerate()
-        .map(|(i, m)| match m.split_once(' ') {
-            Some((a, b)) if !b.contains(' ') => Ok(json!([a, b])),
-            _ => Err(invalid(format!("metadata tokenizer.ggml.merges[{i}] = {m:?} is not two tokens with a space"))),
-        })
-        .collect::<Result<_, _>>()?;
+        .filter(|(_, t)| !in_alphabet(t))
+        .map(|(id, t)| (id, t.bytes().map(|b| chars[b as usize]).collect()))
+        .collect();
+    let spelling = |id: usize| respelled.get(&id).map_or(tokens[id], String::as_str);
+    let mut order: Vec<u32> = (0..tokens.len() as u32).collect();
+    order.sort_by(|&a, &b| spelling(a as usize).cmp(spelling(b as usize)));
+    let mut vocab = Vec::with_capacity(order.len());
+    for (i, &id) in order.iter().enumerate() {
+        if order.get(i + 1).is_none_or(|&next| spelling(next as usize) != spelling(id as usize)) {
+            vocab.push((spelling(id as usize), id as usize));
+        }
+    }
+    drop(order);
+    for (i, m) in merges.iter().enumerate() {
+        if m.split_once(' ').is_none_or(|(_, b)| b.contains(' ')) {
+            return Err(invalid(format!("metadata tokenizer.ggml.merges[{i}] = {m:?} is not two tokens with a space")));
+        }
+    }
 
     // Control tokens (spelled in the byte alphabet) are special; user-defined ones plain added tokens.
     let added: Vec<Json> = types
         .iter()
         .enumerate()
-        .filter(|&(id, &ty)| (ty == CONTROL || ty == USER_DEFINED) && in_alphabet(&tokens[id]))
+        .filter(|&(id, &ty)| (ty == CONTROL || ty == USER_DEFINED) && in_alphabet(tokens[id]))
         .map(|(id, &ty)| {
             json!({"id": id, "content": tokens[id], "single_word": false, "lstrip": false, "rstrip": false,
                    "normalized": false, "special": ty == CONTROL})
@@ -174,11 +184,11 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
     let pad = token_id(g, "tokenizer.ggml.padding_token_id", &tokens)?;
     let add_bos = g.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false);
     let add_eos = g.get_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-    let text = |id: Option<u32>| id.map(|i| tokens[i as usize].clone());
+    let text = |id: Option<u32>| id.map(|i| tokens[i as usize].to_string());
 
     // Post-processor: BOS before / EOS after each sequence as add_bos_token / add_eos_token say.
-    let bos_text = bos.filter(|_| add_bos).map(|i| tokens[i as usize].clone());
-    let eos_text = eos.filter(|_| add_eos).map(|i| tokens[i as usize].clone());
+    let bos_text = bos.filter(|_| add_bos).map(|i| tokens[i as usize].to_string());
+    let eos_text = eos.filter(|_| add_eos).map(|i| tokens[i as usize].to_string());
     let special = |t: &String, type_id: u32| json!({"SpecialToken": {"id": t, "type_id": type_id}});
     let (mut single, mut pair) = (Vec::new(), Vec::new());
     for (list, seqs) in [(&mut single, &[("A", 0)][..]), (&mut pair, &[("A", 0), ("B", 1)][..])] {
@@ -193,7 +203,7 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
         specials.insert(t.clone(), json!({"id": t, "ids": [id], "tokens": [t]}));
     }
 
-    let tokenizer_json = json!({
+    let rest = json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
@@ -202,12 +212,12 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
         "pre_tokenizer": pre_tokenizer,
         "post_processor": {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials},
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-        "model": {
-            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
-            "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-            "vocab": vocab, "merges": merges,
-        },
     });
+    let model = json!({
+        "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+        "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+    });
+    let tokenizer_json = TokenizerJson { rest: &rest, model: &model, vocab: &vocab, merges: &merges };
 
     let mut special_map = Map::new();
     for (name, id) in [("bos_token", bos), ("eos_token", eos), ("pad_token", pad), ("unk_token", unk)] {
@@ -227,7 +237,7 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
 
     let pretty = |v: &Json| serde_json::to_vec_pretty(v).unwrap_or_default();
     Ok(TokenizerFiles {
-        tokenizer_json: serde_json::to_vec(&tokenizer_json).unwrap_or_default(),
+        tokenizer_json: to_vec_exact(&tokenizer_json),
         tokenizer_config: pretty(&Json::Object(config)),
         special_tokens_map: pretty(&Json::Object(special_map)),
         vocab: tokens.len(),
@@ -235,4 +245,89 @@ pub(super) fn tokenizer_files(g: &Gguf, model_max_length: u64) -> Result<Tokeniz
         eos,
         pad,
     })
+}
+
+/// `value` as JSON in a buffer of exactly its length (measured by a first pass): a buffer grown by
+/// doubling would take up to three times the bytes of a large tokenizer.json while it grows.
+fn to_vec_exact(value: &impl serde::Serialize) -> Vec<u8> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    let mut out = Vec::new();
+    if serde_json::to_writer(&mut n, value).is_ok() {
+        out.reserve_exact(n.0);
+        let _ = serde_json::to_writer(&mut out, value); // into memory: it cannot fail
+    }
+    out
+}
+
+/// tokenizer.json as serde_json writes a whole value (keys sorted), with the model's vocabulary
+/// and merges streamed from the metadata's strings.
+struct TokenizerJson<'a> {
+    /// Every key but "model".
+    rest: &'a Json,
+    /// The model's keys but "vocab" and "merges".
+    model: &'a Json,
+    /// (spelling, id), sorted by spelling, each spelling once.
+    vocab: &'a [(&'a str, usize)],
+    /// "a b", each checked to split in two.
+    merges: &'a [&'a str],
+}
+
+/// The entries streamed into [`TokenizerJson`].
+enum Part<'a> {
+    Model(&'a TokenizerJson<'a>),
+    Vocab(&'a [(&'a str, usize)]),
+    Merges(&'a [&'a str]),
+}
+
+impl serde::Serialize for Part<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Part::Model(t) => {
+                let mut map = s.serialize_map(None)?;
+                sorted_with(&mut map, t.model, &[("merges", Part::Merges(t.merges)), ("vocab", Part::Vocab(t.vocab))])?;
+                map.end()
+            }
+            Part::Vocab(v) => s.collect_map(v.iter().map(|(k, id)| (k, id))),
+            Part::Merges(m) => s.collect_seq(m.iter().map(|m| m.split_once(' ').unwrap_or((m, "")))),
+        }
+    }
+}
+
+impl serde::Serialize for TokenizerJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        sorted_with(&mut map, self.rest, &[("model", Part::Model(self))])?;
+        map.end()
+    }
+}
+
+/// The entries of the object `base` in key order, with `extra` (sorted) put in their places.
+fn sorted_with<M: serde::ser::SerializeMap>(
+    map: &mut M,
+    base: &Json,
+    extra: &[(&str, Part<'_>)],
+) -> Result<(), M::Error> {
+    let mut extra = extra.iter().peekable();
+    for (k, v) in base.as_object().into_iter().flatten() {
+        while let Some((ek, ev)) = extra.next_if(|(ek, _)| *ek < k.as_str()) {
+            map.serialize_entry(ek, ev)?;
+        }
+        map.serialize_entry(k, v)?;
+    }
+    for (ek, ev) in extra {
+        map.serialize_entry(ek, ev)?;
+    }
+    Ok(())
 }
