@@ -195,6 +195,15 @@ impl<S: AsyncChunkStore> Runtime<S> {
         Runtime { gpu, store, loaded: None, run: None, adapter: None }
     }
 
+    /// Carry on on a new device after the last was lost: what lived on the old one (the loaded
+    /// model, the run in memory, an imported adapter) is dropped; the store keeps the model and
+    /// the run's last checkpoint, so loading or resuming reads them back from it.
+    pub fn replace_gpu(&mut self, gpu: Gpu) {
+        (self.loaded, self.run, self.adapter) = (None, None, None);
+        gpu.alloc.set_budget(self.gpu.alloc.budget());
+        self.gpu = gpu;
+    }
+
     // ---- stored models ------------------------------------------------------------
 
     /// Complete models and their bytes.

@@ -79,21 +79,57 @@ type Shared = Rc<RefCell<Runtime<IdbStore>>>;
 #[wasm_bindgen]
 pub struct Engine {
     rt: Shared,
+    /// The runtime's device, reachable while an operation holds the runtime ([`Engine::lose_device`]).
+    device: Rc<RefCell<wgpu::Device>>,
 }
 
 /// Run `f` on the runtime as a Promise; a second call while one runs is refused ("Busy").
-fn run<F, Fut>(rt: &Shared, f: F) -> js_sys::Promise
+fn run<F, Fut>(engine: &Engine, f: F) -> js_sys::Promise
 where
     F: FnOnce(Shared) -> Fut + 'static,
     Fut: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
 {
-    let rt = rt.clone();
+    let (rt, device) = (engine.rt.clone(), engine.device.clone());
     future_to_promise(async move {
+        let lost = |rt: &Shared| rt.try_borrow().ok().and_then(|r| r.gpu.lost());
         if rt.try_borrow_mut().is_err() {
             return Err(busy());
         }
-        f(rt).await
+        let result = match lost(&rt) {
+            None => f(rt.clone()).await,
+            Some(_) => Err(JsValue::NULL),
+        };
+        if result.is_err() && lost(&rt).is_none() {
+            // A failure can come before the device's lost promise settles: give it a moment.
+            if let Ok(scope) = idb::Scope::current() {
+                for _ in 0..10 {
+                    scope.sleep(10).await;
+                    if lost(&rt).is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        let Some(why) = lost(&rt) else { return result };
+        // The device went, before this call or during it: this call says so (not how it
+        // failed), and a new device is opened for the next one.
+        let gpu = Gpu::new().await.map_err(|e| js_error("Device", &format!("no new GPU device after a loss: {e}")))?;
+        *device.borrow_mut() = gpu.device.clone();
+        rt.borrow_mut().replace_gpu(gpu);
+        Err(device_lost(&why))
     })
+}
+
+/// The device is gone: what that means for the user's work, and what to do.
+fn device_lost(why: &str) -> JsValue {
+    js_error(
+        "DeviceLost",
+        &format!(
+            "the GPU device was lost ({why}), so the model and the run in memory are gone. Nothing \
+             stored is lost: the model and the run's last checkpoint are in this browser's storage, and \
+             a new device is open. Load the model or resume the run to continue."
+        ),
+    )
 }
 
 #[wasm_bindgen]
@@ -111,7 +147,17 @@ impl Engine {
             )
         })?;
         let store = IdbStore::open(db_name.as_deref().unwrap_or("webtune")).await.map_err(err)?;
-        Ok(Engine { rt: Rc::new(RefCell::new(Runtime::new(gpu, store))) })
+        let device = Rc::new(RefCell::new(gpu.device.clone()));
+        Ok(Engine { rt: Rc::new(RefCell::new(Runtime::new(gpu, store))), device })
+    }
+
+    /// Destroy the GPU device now, as a driver reset or the browser reclaiming the GPU would:
+    /// for testing an app's recovery (what WebGL's WEBGL_lose_context is for). The operation
+    /// running (a training step, say), or else the next call, fails with a "DeviceLost" error
+    /// and opens a new device, so the call after it works again.
+    #[wasm_bindgen(js_name = loseDevice)]
+    pub fn lose_device(&self) {
+        self.device.borrow().destroy();
     }
 
     /// The adapter, its backend, the granted limits and the optional features.
@@ -151,7 +197,7 @@ impl Engine {
     /// [{name, bytes}] of the complete stored models.
     #[wasm_bindgen(js_name = listModels)]
     pub fn list_models(&self) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             let rt = rt.borrow();
             let list = rt.list_models().await.map_err(err)?;
             let v: Vec<_> = list.iter().map(|(n, b)| serde_json::json!({"name": n, "bytes": b})).collect();
@@ -163,7 +209,7 @@ impl Engine {
     /// total): importing the same files under the same name resumes one.
     #[wasm_bindgen(js_name = listImports)]
     pub fn list_imports(&self) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             let list = rt.borrow().partial_imports().await.map_err(err)?;
             let v: Vec<_> =
                 list.iter().map(|p| serde_json::json!({"name": p.model, "bytes": p.done, "total": p.total})).collect();
@@ -173,7 +219,7 @@ impl Engine {
 
     #[wasm_bindgen(js_name = deleteModel)]
     pub fn delete_model(&self, name: String) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             rt.borrow_mut().delete_model(&name).await.map_err(err)?;
             Ok(JsValue::UNDEFINED)
         })
@@ -198,7 +244,7 @@ impl Engine {
         revision: String,
         on_progress: js_sys::Function,
     ) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             let _ = idb::request_persist().await;
             let free = free_bytes().await;
             let files = HttpFiles { base: format!("{}/{repo}/resolve/{revision}", base.trim_end_matches('/')) };
@@ -212,7 +258,7 @@ impl Engine {
     /// Import from File objects: a model folder's files, or one .gguf file.
     #[wasm_bindgen(js_name = importFiles)]
     pub fn import_files(&self, name: String, files: js_sys::Array, on_progress: js_sys::Function) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             let _ = idb::request_persist().await;
             let free = free_bytes().await;
             let blobs = BlobFiles::from_files(&files).map_err(err)?;
@@ -242,7 +288,7 @@ impl Engine {
     /// Load a stored model onto the GPU; weights: "stored", "bf16", "q8" or "q4".
     #[wasm_bindgen(js_name = loadModel)]
     pub fn load_model(&self, name: String, weights: String) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             let info = rt.borrow_mut().load_model(&name, &weights).await.map_err(err)?;
             to_js(&info)
         })
@@ -258,7 +304,7 @@ impl Engine {
     /// the defaults; dataset: JSONL).
     #[wasm_bindgen(js_name = startTraining)]
     pub fn start_training(&self, session_id: String, config: String, dataset: String) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             let cfg = parse_config(&config)?;
             let info = rt.borrow_mut().start_training(&session_id, cfg, &dataset).await.map_err(err)?;
             to_js(&info)
@@ -268,7 +314,7 @@ impl Engine {
     /// One optimizer step: {step, totalSteps, loss, lr, tokens, ms, tokensPerSec, memory}.
     #[wasm_bindgen(js_name = trainStep)]
     pub fn train_step(&self) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             let r = rt.borrow_mut().train_step().await.map_err(err)?;
             to_js(&r)
         })
@@ -282,7 +328,7 @@ impl Engine {
     /// Checkpoint the run to IndexedDB.
     #[wasm_bindgen(js_name = saveSession)]
     pub fn save_session(&self) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             rt.borrow_mut().save_session().await.map_err(err)?;
             Ok(JsValue::UNDEFINED)
         })
@@ -290,7 +336,7 @@ impl Engine {
 
     #[wasm_bindgen(js_name = listSessions)]
     pub fn list_sessions(&self) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             let v = rt.borrow().list_sessions().await.map_err(err)?;
             to_js(&v)
         })
@@ -298,7 +344,7 @@ impl Engine {
 
     #[wasm_bindgen(js_name = resumeSession)]
     pub fn resume_session(&self, id: String) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             let info = rt.borrow_mut().resume_session(&id).await.map_err(err)?;
             to_js(&info)
         })
@@ -306,7 +352,7 @@ impl Engine {
 
     #[wasm_bindgen(js_name = deleteSession)]
     pub fn delete_session(&self, id: String) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             rt.borrow_mut().delete_session(&id).await.map_err(err)?;
             Ok(JsValue::UNDEFINED)
         })
@@ -315,7 +361,7 @@ impl Engine {
     /// {safetensors: Uint8Array, config: string} in PEFT's format.
     #[wasm_bindgen(js_name = exportAdapter)]
     pub fn export_adapter(&self) -> js_sys::Promise {
-        run(&self.rt, |rt| async move {
+        run(self, |rt| async move {
             let (bytes, config) = rt.borrow().export_adapter().await.map_err(err)?;
             let o = js_sys::Object::new();
             js_sys::Reflect::set(&o, &"safetensors".into(), &js_sys::Uint8Array::from(&bytes[..]))?;
@@ -326,7 +372,7 @@ impl Engine {
 
     #[wasm_bindgen(js_name = importAdapter)]
     pub fn import_adapter(&self, safetensors: js_sys::Uint8Array, config: String) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             rt.borrow_mut().import_adapter(&safetensors.to_vec(), config.as_bytes()).map_err(err)?;
             Ok(JsValue::UNDEFINED)
         })
@@ -336,7 +382,7 @@ impl Engine {
     /// temperature, topK, topP, seed, adapter}); onToken(text) gets each new piece and returns
     /// false to stop.
     pub fn generate(&self, messages: String, options: String, on_token: js_sys::Function) -> js_sys::Promise {
-        run(&self.rt, move |rt| async move {
+        run(self, move |rt| async move {
             let msgs: Vec<crate::data::tokenizer::Message> =
                 serde_json::from_str(&messages).map_err(|e| bad_input("messages", e))?;
             let req: GenerateRequest = if options.trim().is_empty() {

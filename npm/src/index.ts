@@ -354,6 +354,13 @@ export class Webtune {
     return Object.assign(done, { cancel });
   }
 
+  /** Destroy the GPU device now, under whatever runs, as a driver reset would: for testing an
+   *  app's recovery (what WebGL's WEBGL_lose_context is for). The operation running (or the
+   *  next) rejects with `DeviceLost`; later calls get a new device. */
+  simulateDeviceLoss(): Promise<void> {
+    return this.call('simulateDeviceLoss', []);
+  }
+
   /** GPU memory by category, the last step's timeline, wasm memory and the limits. */
   async memory(): Promise<MemoryReport> {
     const m = await this.call('memory', []);

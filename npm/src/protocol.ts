@@ -43,6 +43,7 @@ export interface Methods {
   deviceInfo: { args: []; result: DeviceInfo };
   listModels: { args: []; result: StoredModel[] };
   listImports: { args: []; result: PartialImport[] };
+  simulateDeviceLoss: { args: []; result: void };
   deleteModel: { args: [name: string]; result: void };
   storage: { args: []; result: StorageInfo };
   importHub: { args: [name: string, base: string, repo: string, revision: string]; result: StoredModel };
@@ -88,4 +89,4 @@ export type WorkerEvent =
 
 export type FromWorker = Reply | WorkerEvent;
 
-export const ERROR_NAMES: readonly ErrorName[] = ['NoWebGPU', 'Quota', 'BadInput', 'NotFound', 'Busy', 'Device', 'Budget', 'Error'];
+export const ERROR_NAMES: readonly ErrorName[] = ['NoWebGPU', 'Quota', 'BadInput', 'NotFound', 'Busy', 'Device', 'DeviceLost', 'Budget', 'Error'];

@@ -3,7 +3,7 @@
 // JSON the client writes from the camelCase fields below.
 
 /** The kinds of failure, as `WebtuneError.name`. */
-export type ErrorName = 'NoWebGPU' | 'Quota' | 'BadInput' | 'NotFound' | 'Busy' | 'Device' | 'Budget' | 'Error';
+export type ErrorName = 'NoWebGPU' | 'Quota' | 'BadInput' | 'NotFound' | 'Busy' | 'Device' | 'DeviceLost' | 'Budget' | 'Error';
 
 /** The adapter and what it granted. */
 export interface DeviceInfo {

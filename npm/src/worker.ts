@@ -41,6 +41,7 @@ interface EngineApi {
   importAdapter(safetensors: Uint8Array, config: string): Promise<void>;
   generate(messages: string, options: string, onToken: (text: string) => boolean): Promise<string>;
   memory(): MemoryReport;
+  loseDevice(): void;
 }
 
 const scope = globalThis as unknown as DedicatedWorkerGlobalScope;
@@ -61,9 +62,15 @@ let tail: Promise<unknown> = Promise.resolve();
 
 /** Run `f` on the engine after every operation queued before it. */
 function gpu<T>(f: (e: EngineApi) => T | Promise<T>): Promise<T> {
-  const op = tail.then(() => {
+  const op = tail.then(async () => {
     if (!engine) throw new Failure('Error', 'the engine is not open');
-    return f(engine);
+    try {
+      return await f(engine);
+    } catch (e) {
+      // The engine opens a new device on the next call; the run it had in memory is gone.
+      if ((e as Error)?.name === 'DeviceLost') run = null;
+      throw e;
+    }
   });
   tail = op.catch(() => undefined);
   return op;
@@ -257,6 +264,8 @@ const handlers: Handlers = {
     if (generating.has(requestId)) cancelled.add(requestId);
   },
   memory: () => gpu((e) => e.memory()),
+  // Not queued: it destroys the device under the operation running, as a real loss would.
+  simulateDeviceLoss: async () => engine?.loseDevice(),
 };
 
 function errorData(e: unknown): ErrorData {

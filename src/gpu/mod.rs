@@ -228,6 +228,8 @@ pub struct Gpu {
     /// The upload ring (empty when not [`STAGED_UPLOADS`]). Lock order: `staging`, then `pending`.
     staging: Mutex<Ring>,
     dummy: std::sync::OnceLock<Tensor>,
+    /// Why the device was lost, once it is (its lost callback sets it).
+    lost: Arc<Mutex<Option<String>>>,
 }
 
 /// A binding for [`Gpu::dispatch`]: a whole tensor buffer.
@@ -272,6 +274,18 @@ impl Gpu {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
         };
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let on_lost = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            let why = match (reason, message.trim()) {
+                (wgpu::DeviceLostReason::Destroyed, "") => "destroyed".to_string(),
+                (_, "") => format!("{reason:?}"),
+                (_, m) => m.to_string(),
+            };
+            if let Ok(mut l) = on_lost.lock() {
+                l.get_or_insert(why);
+            }
+        });
         let gpu = Gpu {
             device,
             queue,
@@ -282,6 +296,7 @@ impl Gpu {
             pending_dispatches: Mutex::new(0),
             staging: Mutex::new(Ring::default()),
             dummy: std::sync::OnceLock::new(),
+            lost,
         };
         gpu.dummy(); // made now, so no step's accounting sees it appear
         if STAGED_UPLOADS {
@@ -779,4 +794,18 @@ mod tests {
         assert_eq!(gpu.read_f32(&s1).await.expect("read"), vec![3.0; 5]);
         assert_eq!(gpu.read_f32(&s2).await.expect("read"), vec![7.0; 5]);
     });
+}
+
+impl Gpu {
+    /// Why the device was lost (a driver reset, the browser reclaiming the GPU, [`Gpu::lose`]),
+    /// or None while it works. Everything on a lost device is gone: a new [`Gpu`] is needed.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Destroy the device now, as a driver reset would lose it: for tests of the recovery
+    /// (what WebGL's WEBGL_lose_context is for).
+    pub fn lose(&self) {
+        self.device.destroy();
+    }
 }

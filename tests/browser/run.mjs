@@ -291,6 +291,38 @@ async function closedTabs(context, native) {
     after.losses.every((l, i) => l === run.done.losses[i]), `${after.bytes} bytes`);
 }
 
+/** Part 5: simulateDeviceLoss() under a training step; the run resumes on a new device. */
+async function deviceLoss(context, native) {
+  const t = await bareTab(context);
+  const hubBefore = hubRequests.length;
+  const r = await t.evaluate(async ({ config, dataset }) => {
+    const wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+    await wt.loadModel('tiny');
+    const out = {};
+    // After step 5 is reported, destroy the device while step 6 runs.
+    out.error = await wt
+      .train({ sessionId: 'lost-run', config, dataset, saveEvery: 2 }, {
+        onStep: (s) => s.step === 5 && setTimeout(() => wt.simulateDeviceLoss(), 200),
+      })
+      .then((res) => ({ name: 'none', message: JSON.stringify(res) }), (e) => ({ name: e.name, message: e.message }));
+    const listed = (await wt.listSessions()).find((s) => s.id === 'lost-run');
+    out.listed = listed && { step: listed.step, losses: listed.losses.length };
+    out.done = await wt.resume('lost-run');
+    out.answer = await wt.generate('What do moon otters eat?', { maxNewTokens: 6 });
+    await wt.deleteSession('lost-run');
+    wt.close();
+    return out;
+  }, { config: API_CONFIG, dataset: API_DATASET });
+  await t.close();
+  ok('a lost GPU device stops training with a DeviceLost error in plain words', r.error.name === 'DeviceLost' && /Nothing stored is lost/.test(r.error.message),
+    `${r.error.name}: ${r.error.message}`);
+  ok('… the run\'s last checkpoint is intact', r.listed?.step >= 4 && r.listed.step % 2 === 0 && r.listed.losses === r.listed.step, `step ${r.listed?.step}`);
+  const worst = Math.max(...native.map((n, i) => Math.abs(r.done.losses[i] - n) / Math.abs(n)));
+  ok('… resuming it on a new device gives the uninterrupted run\'s losses', r.done.reason === 'done' && r.done.losses.length === 8 &&
+    native.every((n, i) => Math.abs(r.done.losses[i] - n) <= 1e-5 * Math.abs(n) + 1e-6), `worst ${worst.toExponential(1)}`);
+  ok('… without downloading the model again', hubRequests.length === hubBefore && typeof r.answer === 'string', `${hubRequests.length - hubBefore} requests; answer ${JSON.stringify(r.answer)}`);
+}
+
 // ---- the browser ------------------------------------------------------------------------------
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -478,6 +510,9 @@ try {
     // 4. Tabs closed in the middle of an import, of a training run and of an export (the
     // worker dies with its tab); each time a new tab of the same profile carries on.
     await closedTabs(context, native);
+
+    // 5. The GPU device lost in the middle of a training step.
+    await deviceLoss(context, native);
   }
 } catch (e) {
   failed = true;

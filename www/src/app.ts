@@ -55,7 +55,14 @@ export function update(patch: Partial<State>): void {
 /** Call the engine (rejects like the engine does when it did not start). */
 export function serial<T>(f: (e: PageEngine) => Promise<T>): Promise<T> {
   if (!state.engine) return Promise.reject(Object.assign(new Error('the engine did not start'), { name: 'NoWebGPU' }));
-  return f(state.engine);
+  return f(state.engine).catch((e: unknown) => {
+    // The engine lost its GPU device and opened a new one: what was on the old one is gone
+    // (the model, the run in memory, an adapter); the store still has everything saved.
+    if ((e as { name?: unknown })?.name === 'DeviceLost') {
+      update({ model: null, runActive: false, stepping: false, hasAdapter: false, adapterFrom: null });
+    }
+    throw e;
+  });
 }
 
 /** Run a long task: marks the page busy with it (so other long tasks wait) until it ends. */

@@ -1,5 +1,6 @@
 // Errors in plain words, each with what to do next. The engine rejects with an Error whose
-// `name` is NoWebGPU, Quota, BadInput, NotFound, Busy, Device, Budget or Error (notes/ENGINE_API.md).
+// `name` is NoWebGPU, Quota, BadInput, NotFound, Busy, Device, DeviceLost, Budget or Error
+// (notes/ENGINE_API.md).
 
 export function errorName(e: unknown): string {
   if (e && typeof e === 'object' && 'name' in e) return String((e as { name: unknown }).name);
@@ -44,6 +45,11 @@ export function explain(e: unknown, doing: string): string {
         `${doing}: the graphics card stopped responding (${msg}).\n` +
         'Reload the page: your examples, stored models and saved training runs are kept. ' +
         'A shorter sequence length, a smaller batch or q4 weights need less memory.'
+      );
+    case 'DeviceLost':
+      return (
+        `${doing}: the graphics card was reset or taken away, and what was on it is gone.\n` +
+        'Nothing stored is lost. Load the model again, or open the training run to resume it from its last saved step.'
       );
     case 'Budget':
       return (

@@ -4,7 +4,7 @@
 import { serial, state, task, update, watch, idle } from './app.ts';
 import { explain } from './errors.ts';
 import { loadSettings, saveSettings } from './store.ts';
-import type { ProgressEvent, StoredModel, WeightFormat } from './types.ts';
+import type { PartialImport, ProgressEvent, StoredModel, WeightFormat } from './types.ts';
 import { $, bytes, duration, h, ibytes, params, showAlert } from './ui.ts';
 
 /** The model serve.sh puts beside the page, in the hub layout under ./hub/. */
@@ -12,6 +12,8 @@ export const BUNDLED = { name: 'smollm2-135m-instruct', repo: 'smollm2-135m-inst
 
 const err = () => $('model-error');
 let stored: StoredModel[] = [];
+/** Imports that stopped before their end (a closed tab, a lost connection). */
+let unfinished: PartialImport[] = [];
 
 /** A store name for a repo: "Qwen/Qwen2.5-0.5B-Instruct" → "Qwen--Qwen2.5-0.5B-Instruct". */
 export function modelName(repo: string): string {
@@ -61,6 +63,7 @@ function progressDone(text: string): void {
 export async function refreshModels(): Promise<void> {
   try {
     stored = await serial((e) => e.listModels());
+    unfinished = await serial((e) => e.listImports());
   } catch (e) {
     showAlert(err(), explain(e, 'Could not list the stored models'));
   }
@@ -85,9 +88,23 @@ async function refreshStorage(): Promise<void> {
 function renderModels(): void {
   const list = $('model-list');
   list.replaceChildren();
-  if (!stored.length) {
+  if (!stored.length && !unfinished.length) {
     list.append(h('li', { class: 'empty' }, 'Nothing stored yet.'));
     return;
+  }
+  for (const p of unfinished) {
+    const done = p.total > 0 ? ` (${bytes(p.bytes)} of ${bytes(p.total)})` : '';
+    list.append(
+      h(
+        'li',
+        { class: 'item', 'data-unfinished': p.name },
+        h('div', { class: 'item-main' }, h('span', { class: 'item-name' }, p.name),
+          h('span', { class: 'item-meta' }, `unfinished import${done}: import the same model again to resume it`)),
+        h('div', { class: 'row-buttons' },
+          h('button', { type: 'button', class: 'danger', 'aria-label': `Delete the unfinished import of ${p.name}`, disabled: !idle(), onclick: () => void remove(p.name) }, 'Delete'),
+        ),
+      ),
+    );
   }
   for (const m of stored) {
     const loaded = state.model?.name === m.name;
