@@ -6,6 +6,7 @@
 // the adapter; reload (examples and the run still there); open the run, then import the
 // adapter, and get the same greedy answers each time. No request may leave the page's
 // origin, and none at all after the model import except the page reloading its own files.
+// Last, the site's storage is cleared as a browser evicting it would: the page must say so.
 //
 //   node tests/page/run.mjs --url http://127.0.0.1:8181/ [--out target/screenshots] [--repo tiny]
 //
@@ -404,6 +405,19 @@ try {
   ok('the Content-Security-Policy refuses a connection to another origin',
     attempt.outcome === 'refused' && attempt.violations.some((v) => v.startsWith('connect-src') && v.includes('collector.invalid')),
     JSON.stringify(attempt));
+
+  // ---- the browser clears the site's storage between visits (as it may when disk runs low) ----
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('Storage.clearDataForOrigin', { origin: new URL(URL_).origin, storageTypes: 'indexeddb,local_storage' });
+  await page.reload();
+  await page.waitForFunction(() => /cleared/.test(document.getElementById('global-error')?.textContent ?? ''), null, { timeout: 120_000 });
+  ok('a store cleared by the browser is noticed and explained', true, (await text('#global-error')).split('\n')[0]);
+  await page.reload();
+  await page.waitForFunction(() => {
+    const d = document.getElementById('device-name')?.textContent ?? '';
+    return d && d !== 'checking…';
+  });
+  ok('… once (the next visit starts afresh)', !(await page.isVisible('#global-error')));
 } catch (e) {
   console.log(`error: ${e?.message ?? e}`);
   await page.screenshot({ path: path.join(OUT, 'failure.png'), fullPage: true }).catch(() => {});

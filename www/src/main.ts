@@ -10,7 +10,33 @@ import { openEngine } from './engine.ts';
 import { explain } from './errors.ts';
 import { initModelPanel, startModelPanel } from './model-panel.ts';
 import { initTrainPanel, startTrainPanel } from './train-panel.ts';
+import { loadDataset, markStored, takeStoredMark } from './store.ts';
+import type { PageEngine } from './types.ts';
 import { $, showAlert } from './ui.ts';
+
+/** Say so when the browser cleared this site's storage since an earlier visit that stored
+ *  something (see store.ts); otherwise keep remembering whether anything is stored. */
+async function checkEviction(engine: PageEngine): Promise<void> {
+  const had = takeStoredMark();
+  const [models, imports, sessions, data] = await Promise.all([
+    engine.listModels(),
+    engine.listImports(),
+    engine.listSessions(),
+    loadDataset(),
+  ]).catch(() => [[1], [], [], null] as const); // cannot tell: assume nothing was cleared
+  if (models.length + imports.length + sessions.length > 0 || data === null || data.pairs.length > 0 || data.text.trim() !== '') {
+    markStored();
+  } else if (had) {
+    const { persisted } = await engine.storage().catch(() => ({ persisted: false }));
+    showAlert(
+      $('global-error'),
+      'This browser cleared the stored models, training runs and examples since your last visit ' +
+        '(browsers do that when disk space runs low, unless a site’s storage is kept).\n' +
+        'Import the model again to carry on' +
+        (persisted ? '.' : '; allow this site to keep its storage when the browser asks, so it is not cleared again.'),
+    );
+  }
+}
 
 async function main(): Promise<void> {
   await Promise.all([initDataPanel(), initModelPanel(), initTrainPanel(), initChatPanel()]);
@@ -24,6 +50,7 @@ async function main(): Promise<void> {
     clearTimeout(slow);
     showAlert($('global-error'), null);
     update({ engine });
+    await checkEviction(engine);
   } catch (e) {
     clearTimeout(slow);
     update({ engineError: e });

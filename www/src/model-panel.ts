@@ -3,7 +3,7 @@
 
 import { serial, state, task, update, watch, idle } from './app.ts';
 import { explain } from './errors.ts';
-import { loadSettings, saveSettings } from './store.ts';
+import { loadSettings, markStored, saveSettings } from './store.ts';
 import type { PartialImport, ProgressEvent, StoredModel, WeightFormat } from './types.ts';
 import { $, bytes, duration, h, ibytes, params, showAlert } from './ui.ts';
 
@@ -162,6 +162,7 @@ async function importThen(label: string, name: string, run: () => Promise<Stored
   progressShow(label);
   try {
     const m = await task('import', run);
+    markStored();
     progressDone(`Stored ${m.name} (${bytes(m.bytes)})`);
     await refreshModels();
     return true;

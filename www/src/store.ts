@@ -44,7 +44,28 @@ export async function loadDataset(): Promise<Dataset> {
 }
 
 export function saveDataset(d: Dataset): Promise<void> {
+  if (d.pairs.length > 0 || d.text.trim() !== '') markStored();
   return set('dataset', d, db);
+}
+
+// ---- eviction ----------------------------------------------------------------------------
+// Browsers may clear a site's storage (IndexedDB and all) when disk space runs low, unless it
+// is kept (navigator.storage.persist()). A cookie, which that clearing leaves alone, remembers
+// that this browser had stored something here, so the next visit can tell a cleared store from
+// a first visit and say what happened. It holds "1" and nothing else.
+
+const STORED_COOKIE = 'webtune_stored';
+
+/** Remember that this browser stores something of the user's here. */
+export function markStored(): void {
+  document.cookie = `${STORED_COOKIE}=1; Max-Age=${400 * 24 * 3600}; Path=/; SameSite=Strict`;
+}
+
+/** Whether an earlier visit stored something, and forget it (the notice is shown once). */
+export function takeStoredMark(): boolean {
+  const had = document.cookie.split(/;\s*/).includes(`${STORED_COOKIE}=1`);
+  document.cookie = `${STORED_COOKIE}=; Max-Age=0; Path=/; SameSite=Strict`;
+  return had;
 }
 
 export async function loadSettings(): Promise<Settings> {
