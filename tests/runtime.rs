@@ -149,3 +149,86 @@ fn import_train_save_resume_export() {
         assert!(rt2.load_model("tiny", "stored").await.is_err());
     });
 }
+
+/// A directory store that refuses writes with the browser's quota error while `full` is set
+/// (only writes whose key ends with `only`, when given).
+struct QuotaStore {
+    inner: DirStore,
+    full: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    only: Option<&'static str>,
+}
+
+impl webtune::store::chunks::ChunkStore for QuotaStore {
+    fn put(&self, key: &str, bytes: &[u8]) -> webtune::error::Result<()> {
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) && self.only.is_none_or(|o| key.ends_with(o)) {
+            return Err(webtune::error::Error::msg(format!("{key}: QuotaExceededError: the quota has been exceeded")));
+        }
+        self.inner.put(key, bytes)
+    }
+    fn get(&self, key: &str) -> webtune::error::Result<Vec<u8>> {
+        self.inner.get(key)
+    }
+    fn delete(&self, key: &str) -> webtune::error::Result<()> {
+        self.inner.delete(key)
+    }
+    fn keys(&self, prefix: &str) -> webtune::error::Result<Vec<String>> {
+        self.inner.keys(prefix)
+    }
+}
+
+/// A full disk while a session is checkpointed (the checkpoint itself refused, or only the
+/// state.json written after it): the save fails with the quota error, and the run's last good
+/// checkpoint is what a reload resumes from, to the uninterrupted run's losses.
+#[test]
+fn a_full_store_while_checkpointing_keeps_the_last_checkpoint() {
+    block_on(async {
+        let files = MemoryFiles::new(tiny_model_files(7));
+        let reference = {
+            let dir = TempDir::new("runtime-quota-ref");
+            let mut rt = runtime(dir.path()).await;
+            rt.import("tiny", &files, None, &mut |_| {}).await.expect("imports");
+            rt.load_model("tiny", "stored").await.expect("loads");
+            rt.start_training("r", config(), &dataset()).await.expect("starts");
+            let mut losses = Vec::new();
+            while !rt.training_done() {
+                losses.push(rt.train_step().await.expect("a step").loss);
+            }
+            losses
+        };
+        for only in [None, Some("state.json")] {
+            let dir = TempDir::new("runtime-quota");
+            let full = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let store = || QuotaStore { inner: DirStore::new(dir.path()), full: full.clone(), only };
+            let gpu = webtune::gpu::Gpu::new().await.expect("a GPU device");
+            let mut rt = Runtime::new(gpu, store());
+            rt.import("tiny", &files, None, &mut |_| {}).await.expect("imports");
+            rt.load_model("tiny", "stored").await.expect("loads");
+            rt.start_training("r", config(), &dataset()).await.expect("starts");
+            for _ in 0..2 {
+                rt.train_step().await.expect("a step");
+            }
+            rt.save_session().await.expect("saves at step 2");
+            rt.train_step().await.expect("step 3");
+            full.store(true, std::sync::atomic::Ordering::Relaxed);
+            let e = rt.save_session().await.expect_err("the store is full").to_string();
+            assert!(e.contains("quota"), "{only:?}: {e}");
+            drop(rt);
+
+            full.store(false, std::sync::atomic::Ordering::Relaxed);
+            let gpu = webtune::gpu::Gpu::new().await.expect("a GPU device");
+            let mut rt = Runtime::new(gpu, store());
+            let listed = rt.list_sessions().await.expect("lists");
+            assert_eq!(
+                listed.iter().map(|s| s.step).collect::<Vec<_>>(),
+                vec![2],
+                "{only:?}: the last good checkpoint"
+            );
+            let s = rt.resume_session("r").await.expect("resumes");
+            let mut losses = s.losses.clone();
+            while !rt.training_done() {
+                losses.push(rt.train_step().await.expect("a step").loss);
+            }
+            assert_eq!(losses, reference, "{only:?}: resumed to the uninterrupted run's losses");
+        }
+    });
+}

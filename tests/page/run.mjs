@@ -140,7 +140,7 @@ async function chat(question) {
 }
 
 /** The examples on the page, as [prompt, response] pairs. */
-const pairsOnPage = () => page.locator('#pairs .pair').evaluateAll((els) =>
+const pairsOnPage = (tab = page) => tab.locator('#pairs .pair').evaluateAll((els) =>
   els.map((e) => [e.querySelector('[data-field="prompt"]').value, e.querySelector('[data-field="response"]').value]));
 
 /** Editing, reordering, deleting, free text, JSONL import and export, and all of it kept
@@ -405,6 +405,27 @@ try {
   ok('the Content-Security-Policy refuses a connection to another origin',
     attempt.outcome === 'refused' && attempt.violations.some((v) => v.startsWith('connect-src') && v.includes('collector.invalid')),
     JSON.stringify(attempt));
+
+  // ---- a second tab trains and is closed mid-run: the run's checkpoint and the examples survive ----
+  phase = 'closed-tab';
+  const examplesBefore = await pairsOnPage();
+  const p2 = await context.newPage();
+  p2.on('dialog', (d) => d.accept());
+  await p2.goto(URL_);
+  await p2.waitForFunction(() => document.querySelector('#model-status strong')?.textContent && !document.getElementById('train-start')?.disabled,
+    null, { timeout: 300_000 });
+  await p2.click('#train-start');
+  // The page saves every 10 steps: close the tab during step 12.
+  await p2.waitForFunction(() => Number(document.getElementById('loss-chart')?.dataset.points) >= 11, null, { timeout: 600_000 });
+  await p2.close();
+  const p3 = await context.newPage();
+  await p3.goto(URL_);
+  await p3.waitForFunction(() => /step 10 of/.test(document.getElementById('session-list')?.textContent ?? ''), null, { timeout: 120_000 })
+    .catch(() => {});
+  const listed = (await p3.locator('#session-list').innerText()).replace(/\s+/g, ' ');
+  ok('a tab closed mid-training: its run is listed at its last checkpoint (step 10)', /step 10 of 20/.test(listed), listed);
+  ok('… and every example is intact', JSON.stringify(await pairsOnPage(p3)) === JSON.stringify(examplesBefore), `${examplesBefore.length} examples`);
+  await p3.close();
 
   // ---- the browser clears the site's storage between visits (as it may when disk runs low) ----
   const cdp = await context.newCDPSession(page);
