@@ -17,7 +17,9 @@
 //   node tests/browser/run.mjs [--no-build] [--steps 20] [--out target/screenshots]
 //   node tests/browser/run.mjs --no-build --gguf FILE     (only part 3, on FILE: to measure
 //       the wasm memory an import needs; `webtune make-gguf --shape qwen2.5-0.5b --out FILE`
-//       writes a 991 MB one; add --no-answer to skip loading it)
+//       writes a 993 MB one; add --no-answer to skip loading it)
+//   node tests/browser/run.mjs --no-build --hub DIR       (only: import the model directory DIR
+//       from this script's server in the hub layout, and report the wasm memory it took)
 //
 // scripts/test-browser-app.sh builds the package and the CLI first. --no-build skips the
 // example app's npm install and vite build. Prints one line per check, the losses, the time per
@@ -39,6 +41,8 @@ const arg = (name, fallback) => {
 };
 const STEPS = Number(arg('steps', '20'));
 const GGUF_ONLY = arg('gguf', null);
+const HUB_ONLY = arg('hub', null) && path.resolve(arg('hub', null));
+const BIG_REPO = 'big/model';
 const GGUF = path.resolve(root, GGUF_ONLY ?? 'fuzz/seeds/gguf/tiny-llama.gguf');
 const GGUF_QUESTION = 'the 12';
 const OUT = path.resolve(root, arg('out', 'target/screenshots'));
@@ -199,14 +203,14 @@ const server = http.createServer((req, res) => {
   const rec = { method: req.method, file: m[2], range: req.headers.range ?? null, status: 0 };
   hubRequests.push(rec);
   res.on('finish', () => (rec.status = res.statusCode));
-  const file = path.join(tiny, m[2]);
+  const file = path.join(m[1] === BIG_REPO && HUB_ONLY ? HUB_ONLY : tiny, m[2]);
   // STALL_REPO: the same files, but a read of the weights' data (past the header) never
   // answers, so a tab importing it can be closed in the middle.
   if (m[1] === STALL_REPO && m[2] === 'model.safetensors' && /^bytes=([1-9]\d{3,})-/.test(req.headers.range ?? '')) {
     stalled.resolve();
     return;
   }
-  if (m[1] === STALL_REPO && fs.existsSync(file)) return sendHubFile(req, res, file);
+  if ((m[1] === STALL_REPO || m[1] === BIG_REPO) && fs.existsSync(file)) return sendHubFile(req, res, file);
   if (m[1] !== REPO || m[2].startsWith('.') || !fs.existsSync(file)) return res.writeHead(404).end();
   sendHubFile(req, res, file);
 });
@@ -355,7 +359,26 @@ try {
   });
   tab.setDefaultTimeout(15 * 60_000);
 
-  if (GGUF_ONLY) {
+  if (HUB_ONLY) {
+    await tab.goto(`${origin}/?${new URLSearchParams({ base: origin, repo: 'none/none', expose: '' })}`);
+    await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
+    errors.length = 0;
+    const r = await tab.evaluate(async ({ origin, repo }) => {
+      const wt = await window.__Webtune.open({ dbName: 'webtune-hub' });
+      const out = { wasmBefore: (await wt.memory()).wasmBytes };
+      const t = performance.now();
+      out.stored = await wt.importHub({ name: 'big', base: origin, repo });
+      out.ms = performance.now() - t;
+      out.wasmAfter = (await wt.memory()).wasmBytes;
+      await wt.deleteModel('big');
+      wt.close();
+      return out;
+    }, { origin, repo: BIG_REPO });
+    const mb = (b) => `${(b / 1e6).toFixed(1)} MB`;
+    ok(`imported ${HUB_ONLY} over HTTP in the hub layout`, r.stored.bytes > 0, `${mb(r.stored.bytes)} in ${(r.ms / 1000).toFixed(1)} s`);
+    note(`wasm memory: ${mb(r.wasmBefore)} before the import, ${mb(r.wasmAfter)} after (it only grows: that is the peak)`);
+    ok('no page errors', errors.length === 0, errors.join(' | '));
+  } else if (GGUF_ONLY) {
     // The app's own run is pointed at a repository that does not exist: it stops at once.
     await tab.goto(`${origin}/?${new URLSearchParams({ base: origin, repo: 'none/none', expose: '' })}`);
     await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
