@@ -723,6 +723,20 @@ pub fn groups(n: u32) -> (u32, u32, u32) {
     (n.max(1), 1, 1)
 }
 
+impl Gpu {
+    /// Why the device was lost (a driver reset, the browser reclaiming the GPU, [`Gpu::lose`]),
+    /// or None while it works. Everything on a lost device is gone: a new [`Gpu`] is needed.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Destroy the device now, as a driver reset would lose it: for tests of the recovery
+    /// (what WebGL's WEBGL_lose_context is for).
+    pub fn lose(&self) {
+        self.device.destroy();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -794,18 +808,4 @@ mod tests {
         assert_eq!(gpu.read_f32(&s1).await.expect("read"), vec![3.0; 5]);
         assert_eq!(gpu.read_f32(&s2).await.expect("read"), vec![7.0; 5]);
     });
-}
-
-impl Gpu {
-    /// Why the device was lost (a driver reset, the browser reclaiming the GPU, [`Gpu::lose`]),
-    /// or None while it works. Everything on a lost device is gone: a new [`Gpu`] is needed.
-    pub fn lost(&self) -> Option<String> {
-        self.lost.lock().ok().and_then(|l| l.clone())
-    }
-
-    /// Destroy the device now, as a driver reset would lose it: for tests of the recovery
-    /// (what WebGL's WEBGL_lose_context is for).
-    pub fn lose(&self) {
-        self.device.destroy();
-    }
 }
