@@ -125,9 +125,8 @@ fn gguf_name(hf: &str) -> Option<String> {
 /// tokens, the 256 byte tokens, then pairs and triples of bytes with their merges): what `webtune make-gguf` writes to benchmark imports
 /// at real sizes without a download. Written tensor by tensor into `w`; returns the bytes written.
 pub fn write_random_model<W: Write>(cfg: &ModelConfig, seed: u64, w: &mut W) -> std::io::Result<u64> {
+    use super::write::{T_F16 as F16, T_F32 as F32};
     use crate::config::Arch;
-    const F32: u32 = 0;
-    const F16: u32 = 1;
     let arch = match cfg.arch {
         Arch::Llama => "llama",
         Arch::Qwen2 => "qwen2",
@@ -158,17 +157,12 @@ pub fn write_random_model<W: Write>(cfg: &ModelConfig, seed: u64, w: &mut W) -> 
         .u32(&key("context_length"), cfg.max_position_embeddings as u32)
         .f32(&key("rope.freq_base"), cfg.rope_theta as f32)
         .f32(&key("attention.layer_norm_rms_epsilon"), cfg.rms_norm_eps as f32)
-        .str("tokenizer.ggml.model", "gpt2")
-        .str("tokenizer.ggml.pre", if arch == "qwen2" { "qwen2" } else { "smollm" })
-        .strs("tokenizer.ggml.tokens", &tokens)
-        .strs("tokenizer.ggml.merges", &merges)
-        .i32s("tokenizer.ggml.token_type", &types)
-        .u32("tokenizer.ggml.bos_token_id", 1)
-        .u32("tokenizer.ggml.eos_token_id", 2)
-        .u32("tokenizer.ggml.padding_token_id", 0)
-        .bool("tokenizer.ggml.add_bos_token", false)
-        .str(
-            "tokenizer.chat_template",
+        .gpt2_tokenizer(
+            if arch == "qwen2" { "qwen2" } else { "smollm" },
+            &tokens,
+            &merges,
+            &types,
+            (1, 2, 0),
             "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}\
              {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
         );

@@ -12,16 +12,7 @@ use crate::store::{Checkpoint, HostData};
 
 const QUANTS: &[u8] = include_bytes!("../../../tests/fixtures/gguf/quants.gguf");
 
-// GGUF value and tensor type ids used below.
-const U32: u32 = 4;
-const I32: u32 = 5;
-const ARRAY: u32 = 9;
-const T_F32: u32 = 0;
-const T_F16: u32 = 1;
-const T_Q4_0: u32 = 2;
-const T_Q8_0: u32 = 8;
-
-use super::write::GgufWriter as Writer;
+use super::write::{GgufWriter as Writer, ARRAY, I32, T_F16, T_F32, T_Q4_0, T_Q8_0, U32};
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -305,16 +296,14 @@ fn tiny_model(arch: &str, tied: bool) -> (Vec<u8>, HfTensors) {
         .u32(&format!("{arch}.context_length"), 256)
         .f32(&format!("{arch}.rope.freq_base"), 50000.0)
         .f32(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-5)
-        .str("tokenizer.ggml.model", "gpt2")
-        .str("tokenizer.ggml.pre", "smollm")
-        .strs("tokenizer.ggml.tokens", &tokens)
-        .strs("tokenizer.ggml.merges", &merges)
-        .i32s("tokenizer.ggml.token_type", &types)
-        .u32("tokenizer.ggml.bos_token_id", 1)
-        .u32("tokenizer.ggml.eos_token_id", 2)
-        .u32("tokenizer.ggml.padding_token_id", 2)
-        .bool("tokenizer.ggml.add_bos_token", false)
-        .str("tokenizer.chat_template", "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}");
+        .gpt2_tokenizer(
+            "smollm",
+            &tokens,
+            &merges,
+            &types,
+            (1, 2, 2),
+            "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}",
+        );
     // Embedding as Q8_0: each row one block... of 32 values: d = 2^-6, q = small ints.
     let mut embed_q = Vec::new();
     let mut embed = Vec::new();

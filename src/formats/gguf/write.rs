@@ -5,13 +5,18 @@
 
 use std::io::{self, Write};
 
-/// GGUF value type ids used by the typed helpers.
-const U32: u32 = 4;
-const I32: u32 = 5;
+// GGUF value type ids (those the typed helpers write, and the tests' raw entries).
+pub(crate) const U32: u32 = 4;
+pub(crate) const I32: u32 = 5;
 const F32: u32 = 6;
 const BOOL: u32 = 7;
 const STRING: u32 = 8;
-const ARRAY: u32 = 9;
+pub(crate) const ARRAY: u32 = 9;
+// GGML tensor type ids.
+pub(crate) const T_F32: u32 = 0;
+pub(crate) const T_F16: u32 = 1;
+pub(crate) const T_Q4_0: u32 = 2;
+pub(crate) const T_Q8_0: u32 = 8;
 /// The data alignment written (GGUF's default; `general.alignment` is not written).
 const ALIGN: u64 = 32;
 
@@ -86,6 +91,30 @@ impl GgufWriter {
         b.extend((v.len() as u64).to_le_bytes());
         v.iter().for_each(|x| b.extend(x.to_le_bytes()));
         self.raw(key, ARRAY, &b)
+    }
+
+    /// A byte-level BPE tokenizer as llama.cpp writes one ("gpt2" model): the pre-tokenizer name,
+    /// tokens, merges ("a b"), token types, the bos/eos/pad ids and a chat template.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gpt2_tokenizer(
+        &mut self,
+        pre: &str,
+        tokens: &[String],
+        merges: &[String],
+        types: &[i32],
+        (bos, eos, pad): (u32, u32, u32),
+        template: &str,
+    ) -> &mut GgufWriter {
+        self.str("tokenizer.ggml.model", "gpt2")
+            .str("tokenizer.ggml.pre", pre)
+            .strs("tokenizer.ggml.tokens", tokens)
+            .strs("tokenizer.ggml.merges", merges)
+            .i32s("tokenizer.ggml.token_type", types)
+            .u32("tokenizer.ggml.bos_token_id", bos)
+            .u32("tokenizer.ggml.eos_token_id", eos)
+            .u32("tokenizer.ggml.padding_token_id", pad)
+            .bool("tokenizer.ggml.add_bos_token", false)
+            .str("tokenizer.chat_template", template)
     }
 
     /// A tensor of type id `ty` with its bytes.
