@@ -15,7 +15,9 @@ pub(crate) const ARRAY: u32 = 9;
 // GGML tensor type ids.
 pub(crate) const T_F32: u32 = 0;
 pub(crate) const T_F16: u32 = 1;
+#[cfg(test)]
 pub(crate) const T_Q4_0: u32 = 2;
+#[cfg(test)]
 pub(crate) const T_Q8_0: u32 = 8;
 /// The data alignment written (GGUF's default; `general.alignment` is not written).
 const ALIGN: u64 = 32;
