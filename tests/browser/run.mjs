@@ -12,7 +12,13 @@
 //
 //  3. a GGUF picked as a File (the tiny llama of fuzz/seeds/gguf/) imported with importFiles:
 //     converted range by range as it is stored, listed, and its greedy answer equals the native
-//     CLI's on the directory `webtune import --gguf` makes from the same file.
+//     CLI's on the directory `webtune import --gguf` makes from the same file;
+//  4. tabs of the same profile closed in the middle of an import (its weights never arrive),
+//     of a run saving every 2 steps and of an export; new tabs find the import unfinished
+//     (listImports) and finish it, resume the run from its last checkpoint to the native
+//     losses, and export the intact run;
+//  5. simulateDeviceLoss() 200 ms into a training step: DeviceLost in plain words, the last
+//     checkpoint intact, the run resumed on a new device to the native losses, no download.
 //
 //   node tests/browser/run.mjs [--no-build] [--steps 20] [--out target/screenshots]
 //   node tests/browser/run.mjs --no-build --gguf FILE     (only part 3, on FILE: to measure
