@@ -19,13 +19,19 @@ pub struct HostTensor {
     pub data: HostData,
 }
 
+/// The exponent bits of each float dtype, in its little-endian bits: an element whose exponent
+/// bits are all ones is NaN or ±∞ (the import's check and [`HostTensor::first_non_finite`]).
+pub(crate) const F32_EXP: u32 = 0x7f80_0000;
+pub(crate) const BF16_EXP: u16 = 0x7f80;
+pub(crate) const F16_EXP: u16 = 0x7c00;
+
 impl HostTensor {
     /// Index of the first NaN or ±∞ (an exponent of all ones), if any.
     pub fn first_non_finite(&self) -> Option<usize> {
         match &self.data {
             HostData::F32(v) => v.iter().position(|x| !x.is_finite()),
-            HostData::BF16(v) => v.iter().position(|&b| b & 0x7f80 == 0x7f80),
-            HostData::F16(v) => v.iter().position(|&b| b & 0x7c00 == 0x7c00),
+            HostData::BF16(v) => v.iter().position(|&b| b & BF16_EXP == BF16_EXP),
+            HostData::F16(v) => v.iter().position(|&b| b & F16_EXP == F16_EXP),
         }
     }
 

@@ -631,9 +631,9 @@ fn finite_checks(man: &Manifest) -> HashMap<&str, Vec<FinitePiece<'_>>> {
     let mut out: HashMap<&str, Vec<FinitePiece<'_>>> = HashMap::new();
     for t in &man.tensors {
         let (size, exp_mask) = match t.dtype {
-            Dtype::F32 => (4, 0x7f80_0000),
-            Dtype::F16 => (2, 0x7c00),
-            Dtype::BF16 => (2, 0x7f80),
+            Dtype::F32 => (4, super::host::F32_EXP),
+            Dtype::F16 => (2, super::host::F16_EXP as u32),
+            Dtype::BF16 => (2, super::host::BF16_EXP as u32),
             _ => continue,
         };
         let mut in_tensor = 0;
