@@ -724,16 +724,11 @@ pub fn groups(n: u32) -> (u32, u32, u32) {
 }
 
 impl Gpu {
-    /// Why the device was lost (a driver reset, the browser reclaiming the GPU, [`Gpu::lose`]),
-    /// or None while it works. Everything on a lost device is gone: a new [`Gpu`] is needed.
+    /// Why the device was lost (a driver reset, the browser reclaiming the GPU, a test's
+    /// `device.destroy()`), or None while it works. Everything on a lost device is gone: a new
+    /// [`Gpu`] is needed.
     pub fn lost(&self) -> Option<String> {
         self.lost.lock().ok().and_then(|l| l.clone())
-    }
-
-    /// Destroy the device now, as a driver reset would lose it: for tests of the recovery
-    /// (what WebGL's WEBGL_lose_context is for).
-    pub fn lose(&self) {
-        self.device.destroy();
     }
 }
 

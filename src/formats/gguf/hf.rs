@@ -9,7 +9,7 @@
 //! written, and the weights are streamed one tensor at a time.
 
 use super::tokenizer::tokenizer_files;
-use super::{dequantize, invalid, unsupported, Gguf, GgufError, TensorInfo};
+use super::{dequantize_tensor, invalid, read_at, unsupported, Gguf, GgufError, TensorInfo};
 use crate::config::ModelConfig;
 use crate::model::layout::expected_tensors;
 use crate::store::{CONFIG_FILE, SINGLE_FILE};
@@ -422,7 +422,7 @@ impl HfView {
             let (rows, row_bytes) = (t.rows(), t.row_len() * 2);
             let mut per = (unit_bytes / row_bytes.max(1)).clamp(1, rows);
             if let Some(heads) = t.unpermute_heads {
-                // plan() checked nothing about divisibility: unpermute_rows refuses it when converting.
+                // Nothing checked divisibility yet: convert() refuses rows that do not split into heads.
                 let head_rows = (rows / heads.max(1)).max(1);
                 per = per.next_multiple_of(head_rows).min(rows);
             }
@@ -504,10 +504,7 @@ impl HfView {
     pub fn convert(&self, unit: Unit, raw: &[u8]) -> Result<Vec<u8>> {
         let t = &self.tensors[unit.tensor];
         let rows = unit.rows.1 - unit.rows.0;
-        let mut data = dequantize(t.src.ggml_type, raw, rows * t.row_len()).map_err(|e| match e {
-            GgufError::Unsupported(m) => unsupported(format!("tensor {}: {m}", t.src.name)),
-            e => e,
-        })?;
+        let mut data = dequantize_tensor(&t.src, raw, rows * t.row_len())?;
         if let Some(heads) = t.unpermute_heads {
             let head_rows = t.rows() / heads.max(1);
             if head_rows == 0 || t.rows() % heads != 0 {
@@ -545,10 +542,7 @@ fn write_safetensors<R: Read + Seek, W: Write>(view: &HfView, r: &mut R, w: &mut
     w.write_all(view.head()).map_err(io)?;
     for unit in view.units(0, view.safetensors_len()) {
         let (offset, len) = view.source_range(unit);
-        let what = || format!("reading tensor {} ({len} bytes at {offset})", view.tensors[unit.tensor].src.name);
-        r.seek(std::io::SeekFrom::Start(offset)).map_err(|source| GgufError::Io { what: what(), source })?;
-        let mut raw = vec![0u8; len];
-        r.read_exact(&mut raw).map_err(|source| GgufError::Io { what: what(), source })?;
+        let raw = read_at(r, &view.tensors[unit.tensor].src.name, offset, len)?;
         w.write_all(&view.convert(unit, &raw)?).map_err(io)?;
     }
     Ok(view.safetensors_len())

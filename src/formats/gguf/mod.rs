@@ -477,22 +477,32 @@ impl Gguf {
 
     /// The raw bytes of one tensor (bounds were checked at parse).
     pub fn tensor_bytes<R: Read + Seek>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<u8>> {
-        let what = || format!("reading tensor {} ({} bytes at {})", t.name, t.n_bytes, t.offset);
-        r.seek(SeekFrom::Start(t.offset)).map_err(|source| GgufError::Io { what: what(), source })?;
-        let mut b = vec![0u8; t.n_bytes as usize];
-        r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
-        Ok(b)
+        read_at(r, &t.name, t.offset, t.n_bytes as usize)
     }
 
     /// One tensor dequantized to f32, row-major in PyTorch order.
     pub fn tensor_f32<R: Read + Seek>(&self, r: &mut R, name: &str) -> Result<Vec<f32>> {
         let t = self.tensor(name).ok_or_else(|| invalid(format!("tensor {name}: not in the file")))?;
         let bytes = self.tensor_bytes(r, t)?;
-        dequantize(t.ggml_type, &bytes, t.numel()).map_err(|e| match e {
-            GgufError::Unsupported(m) => unsupported(format!("tensor {name}: {m}")),
-            e => e,
-        })
+        dequantize_tensor(t, &bytes, t.numel())
     }
+}
+
+/// `len` bytes of tensor `name`'s data at `offset`; an error names the tensor and the range.
+pub(crate) fn read_at<R: Read + Seek>(r: &mut R, name: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+    let what = || format!("reading tensor {name} ({len} bytes at {offset})");
+    r.seek(SeekFrom::Start(offset)).map_err(|source| GgufError::Io { what: what(), source })?;
+    let mut b = vec![0u8; len];
+    r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
+    Ok(b)
+}
+
+/// `n` values of tensor `t` (all of it, or whole rows) dequantized; an error names the tensor.
+pub(crate) fn dequantize_tensor(t: &TensorInfo, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
+    dequantize(t.ggml_type, bytes, n).map_err(|e| match e {
+        GgufError::Unsupported(m) => unsupported(format!("tensor {}: {m}", t.name)),
+        e => e,
+    })
 }
 
 /// Reading past the prefix [`Gguf::parse_prefix`] was given.
