@@ -23,7 +23,7 @@ use crate::model::{Model, ResidentLoader};
 use crate::store::asyncio::{AsyncChunkStore, FileSet};
 use crate::store::chunks::{self, fnv1a64, Manifest, StoreSource};
 use crate::store::import::{import_files, ImportOptions, Progress};
-use crate::store::staged::{chunks_for, StagedChunks};
+use crate::store::staged::{chunks_for, StagedChunks, StoreFetch};
 use crate::train::trainer::{StepReport, TrainConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -49,6 +49,8 @@ pub struct ModelInfo {
     pub chat_template: bool,
     /// "stored", "bf16", "q8" or "q4"
     pub weights: String,
+    /// Blocks fetched from the store when a step needs them (see [`Runtime::load_model`]).
+    pub streamed: bool,
 }
 
 /// A training run as the app sees it.
@@ -83,6 +85,9 @@ pub struct MemoryReport {
     pub timeline: Vec<crate::gpu::alloc::Sample>,
     /// The wasm linear memory (browser), else 0.
     pub wasm_bytes: u64,
+    /// A streamed model: the most bytes of stored chunks held on the host at once since it
+    /// was loaded (about one block; 0 when the weights are resident).
+    pub staged_peak_bytes: u64,
     pub max_buffer_size: u64,
     pub max_storage_buffer_binding_size: u64,
 }
@@ -111,6 +116,9 @@ pub struct SessionSummary {
     pub id: String,
     pub model: String,
     pub weights: String,
+    /// The model was streamed (resuming loads it the same way); absent in older states.
+    #[serde(default)]
+    pub streamed: bool,
     pub step: u32,
     pub total_steps: u32,
     pub losses: Vec<f32>,
@@ -149,10 +157,14 @@ impl Default for GenerateRequest {
     }
 }
 
-struct Loaded {
+struct Loaded<S> {
     info: ModelInfo,
     model: Model,
     tok: Tokenizer,
+    man: Manifest,
+    format: WeightFormat,
+    /// Streamed: what fetches its weights from the store (and counts the bytes staged).
+    fetch: Option<Arc<StoreFetch<S>>>,
 }
 
 struct Run {
@@ -166,10 +178,10 @@ struct Run {
 
 /// The engine of one page: a GPU device, a store, at most one loaded model, one training run
 /// and one adapter for chat.
-pub struct Runtime<S: AsyncChunkStore> {
+pub struct Runtime<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> {
     pub gpu: Gpu,
-    pub store: S,
-    loaded: Option<Loaded>,
+    pub store: Arc<S>,
+    loaded: Option<Loaded<S>>,
     run: Option<Run>,
     /// An imported adapter (used for chat when no run is loaded).
     adapter: Option<Lora>,
@@ -190,9 +202,9 @@ fn slot_key(id: &str, slot: u8) -> String {
     format!("{SESSIONS}/{id}/checkpoint-{slot}")
 }
 
-impl<S: AsyncChunkStore> Runtime<S> {
+impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
     pub fn new(gpu: Gpu, store: S) -> Runtime<S> {
-        Runtime { gpu, store, loaded: None, run: None, adapter: None }
+        Runtime { gpu, store: Arc::new(store), loaded: None, run: None, adapter: None }
     }
 
     /// Carry on on a new device after the last was lost: what lived on the old one (the loaded
@@ -208,13 +220,13 @@ impl<S: AsyncChunkStore> Runtime<S> {
 
     /// Complete models and their bytes.
     pub async fn list_models(&self) -> Result<Vec<(String, u64)>> {
-        chunks::list_models_async(&self.store).await
+        chunks::list_models_async(self.store.as_ref()).await
     }
 
     /// Imports that stopped before their end (a closed tab, a lost connection, a full disk):
     /// importing the same files under the same name again resumes them.
     pub async fn partial_imports(&self) -> Result<Vec<crate::store::import::PartialImport>> {
-        crate::store::import::partial_imports_async(&self.store).await
+        crate::store::import::partial_imports_async(self.store.as_ref()).await
     }
 
     pub async fn delete_model(&mut self, name: &str) -> Result<()> {
@@ -222,7 +234,7 @@ impl<S: AsyncChunkStore> Runtime<S> {
             self.loaded = None;
             self.run = None;
         }
-        chunks::delete_model_async(&self.store, name).await
+        chunks::delete_model_async(self.store.as_ref(), name).await
     }
 
     /// Import (or resume importing) a model from `files`. `free_bytes` is the storage still
@@ -239,19 +251,23 @@ impl<S: AsyncChunkStore> Runtime<S> {
             return Err(Error::msg(format!("model name {name:?} is reserved")));
         }
         let opts = ImportOptions { free_bytes, ..ImportOptions::default() };
-        import_files(&self.store, name, files, &opts, on_progress).await
+        import_files(self.store.as_ref(), name, files, &opts, on_progress).await
     }
 
     // ---- the loaded model ---------------------------------------------------------
 
-    /// Load a stored model onto the GPU, one block at a time from the store.
-    pub async fn load_model(&mut self, name: &str, weights: &str) -> Result<ModelInfo> {
+    /// Load a stored model: onto the GPU, one block at a time from the store (resident), or,
+    /// when `stream` is set, only its final norm, each block being fetched from the store and
+    /// uploaded when a step needs it (the next fetched while the GPU computes the current one):
+    /// the least GPU and host memory, slower per step. Generation on a streamed model loads a
+    /// resident copy for the duration of the call.
+    pub async fn load_model(&mut self, name: &str, weights: &str, stream: bool) -> Result<ModelInfo> {
         let format = WeightFormat::parse(weights).map_err(|e| Error::msg(format!("weights: {e}")))?;
         self.loaded = None;
         self.run = None;
         self.adapter = None;
-        let man = chunks::read_manifest_async(&self.store, name).await?;
-        let file = |n: &'static str| chunks::read_model_file(&self.store, &man, n);
+        let man = chunks::read_manifest_async(self.store.as_ref(), name).await?;
+        let file = |n: &'static str| chunks::read_model_file(self.store.as_ref(), &man, n);
         let tok_json = file("tokenizer.json")
             .await?
             .ok_or_else(|| Error::msg(format!("model {name}: tokenizer.json is not stored with it")))?;
@@ -264,19 +280,19 @@ impl<S: AsyncChunkStore> Runtime<S> {
         .map_err(|e| Error::msg(format!("model {name}: {e}")))?;
         drop(tok_json);
 
-        let staged = Arc::new(StagedChunks::new([chunks::manifest_key(name)]));
-        staged.stage(&self.store, &[]).await?;
-        let source = StoreSource::open(staged.clone(), name)?;
-        let cfg = source.config().clone();
-        let mut loader = ResidentLoader::new(&self.gpu, cfg.clone(), format);
         let before = self.gpu.alloc.stats().live(Category::Weights);
-        for step in loader.steps() {
-            let (names, rows) = loader.step_tensors(step);
-            staged.stage(&self.store, &chunks_for(&man, &names, rows)?).await?;
-            loader.run(&self.gpu, &source, step)?;
-        }
-        staged.stage(&self.store, &[]).await?;
-        let model = loader.finish()?;
+        let (model, fetch) = if stream {
+            let cfg = crate::config::ModelConfig::from_json(&man.config)
+                .map_err(|e| Error::msg(format!("model {name}: config.json: {e}")))?;
+            let fetch = Arc::new(StoreFetch::new(self.store.clone(), man.clone(), cfg));
+            fetch.stage(&[]).await?;
+            let source = Arc::new(StoreSource::open(fetch.staged(), name)?);
+            let model = Model::streamed_fetched(&self.gpu, source, format, fetch.clone()).await?;
+            (model, Some(fetch))
+        } else {
+            (self.load_resident(&man, format).await?, None)
+        };
+        let cfg = &model.cfg;
         let info = ModelInfo {
             name: name.to_string(),
             model_type: format!("{:?}", cfg.arch).to_lowercase(),
@@ -286,16 +302,33 @@ impl<S: AsyncChunkStore> Runtime<S> {
             kv_heads: cfg.kv_heads,
             intermediate: cfg.intermediate,
             vocab: cfg.vocab,
-            parameters: crate::model::layout::param_count(&cfg),
+            parameters: crate::model::layout::param_count(cfg),
             weight_bytes: self.gpu.alloc.stats().live(Category::Weights) - before,
             chat_template: tok.has_chat_template(),
             weights: format.name().to_string(),
+            streamed: stream,
         };
-        self.loaded = Some(Loaded { info: info.clone(), model, tok });
+        self.loaded = Some(Loaded { info: info.clone(), model, tok, man, format, fetch });
         Ok(info)
     }
 
-    fn loaded(&self) -> Result<&Loaded> {
+    /// Every frozen weight of the stored model `man` onto the GPU in `format`, one
+    /// [`LoadStep`](crate::model::LoadStep) at a time (host memory holds about one block).
+    async fn load_resident(&self, man: &Manifest, format: WeightFormat) -> Result<Model> {
+        let staged = Arc::new(StagedChunks::new([chunks::manifest_key(&man.model)]));
+        staged.stage(self.store.as_ref(), &[]).await?;
+        let source = StoreSource::open(staged.clone(), &man.model)?;
+        let mut loader = ResidentLoader::new(&self.gpu, source.config().clone(), format);
+        for step in loader.steps() {
+            let (names, rows) = loader.step_tensors(step);
+            staged.stage(self.store.as_ref(), &chunks_for(man, &names, rows)?).await?;
+            loader.run(&self.gpu, &source, step)?;
+        }
+        staged.stage(self.store.as_ref(), &[]).await?;
+        loader.finish()
+    }
+
+    fn loaded(&self) -> Result<&Loaded<S>> {
         self.loaded.as_ref().ok_or_else(|| Error::msg("no model is loaded: load one first"))
     }
 
@@ -391,6 +424,7 @@ impl<S: AsyncChunkStore> Runtime<S> {
                 id: r.id.clone(),
                 model: l.info.name.clone(),
                 weights: l.info.weights.clone(),
+                streamed: l.info.streamed,
                 step: r.trainer.state.step,
                 total_steps: r.trainer.state.total_steps,
                 losses: r.trainer.state.losses.clone(),
@@ -440,7 +474,7 @@ impl<S: AsyncChunkStore> Runtime<S> {
             .as_ref()
             .is_some_and(|l| l.info.name == st.summary.model && l.info.weights == st.summary.weights);
         if !loaded_ok {
-            self.load_model(&st.summary.model, &st.summary.weights).await?;
+            self.load_model(&st.summary.model, &st.summary.weights, st.summary.streamed).await?;
         }
         let key = slot_key(id, st.slot);
         let bytes = self.store.get(&key).await?;
@@ -519,10 +553,17 @@ impl<S: AsyncChunkStore> Runtime<S> {
             eos_ids: l.tok.eos_ids().to_vec(),
             merge: false,
         };
+        // A streamed model would upload every block for every token: generate on a resident
+        // copy, made for this call and dropped after it.
+        let resident = match l.fetch {
+            Some(_) => Some(self.load_resident(&l.man, l.format).await?),
+            None => None,
+        };
+        let model = resident.as_ref().unwrap_or(&l.model);
         let mut dec = l.tok.stream_decoder(true);
         let mut text = String::new();
         let mut failed = None;
-        generate(&self.gpu, &l.model, lora, &ids, &opts, &mut |id| match dec.push(id) {
+        generate(&self.gpu, model, lora, &ids, &opts, &mut |id| match dec.push(id) {
             Ok(piece) => {
                 text.push_str(&piece);
                 piece.is_empty() || on_text(&piece)
@@ -548,6 +589,7 @@ impl<S: AsyncChunkStore> Runtime<S> {
             categories: Category::ALL.iter().map(|&c| (c.name(), Bytes { live: s.live(c), peak: s.peak(c) })).collect(),
             timeline: self.gpu.alloc.timeline(),
             wasm_bytes: crate::gpu::platform::wasm_memory_bytes().unwrap_or(0),
+            staged_peak_bytes: self.loaded.as_ref().and_then(|l| l.fetch.as_ref()).map_or(0, |f| f.peak_bytes() as u64),
             max_buffer_size: self.gpu.info.max_buffer_size,
             max_storage_buffer_binding_size: self.gpu.info.max_storage_buffer_binding_size,
         }

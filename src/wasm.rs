@@ -285,11 +285,13 @@ impl Engine {
         })
     }
 
-    /// Load a stored model onto the GPU; weights: "stored", "bf16", "q8" or "q4".
+    /// Load a stored model onto the GPU; weights: "stored", "bf16", "q8" or "q4"; `stream`:
+    /// keep only the block being computed on the GPU, fetching each from IndexedDB when a step
+    /// needs it (least memory, slower; generation then loads a resident copy per call).
     #[wasm_bindgen(js_name = loadModel)]
-    pub fn load_model(&self, name: String, weights: String) -> js_sys::Promise {
+    pub fn load_model(&self, name: String, weights: String, stream: Option<bool>) -> js_sys::Promise {
         run(self, move |rt| async move {
-            let info = rt.borrow_mut().load_model(&name, &weights).await.map_err(err)?;
+            let info = rt.borrow_mut().load_model(&name, &weights, stream.unwrap_or(false)).await.map_err(err)?;
             to_js(&info)
         })
     }

@@ -72,7 +72,7 @@ fn import_train_save_resume_export() {
         assert_eq!(listed[0].0, "tiny");
         assert!(rt.import("sessions", &files, None, &mut |_| {}).await.is_err(), "a reserved name is refused");
 
-        let info = rt.load_model("tiny", "stored").await.expect("loads from the store");
+        let info = rt.load_model("tiny", "stored", false).await.expect("loads from the store");
         assert_eq!((info.layers, info.hidden, info.vocab), (2, 64, 49152));
         assert!(info.chat_template);
         assert!(rt.example_tokens("Hi", "Hello there").expect("counts") > 5);
@@ -135,7 +135,7 @@ fn import_train_save_resume_export() {
 
         // Import the exported adapter into a fresh runtime: the same greedy answer.
         let mut rt2 = runtime(dir.path()).await;
-        rt2.load_model("tiny", "stored").await.expect("loads");
+        rt2.load_model("tiny", "stored", false).await.expect("loads");
         rt2.import_adapter(&weights, config_json.as_bytes()).expect("imports the adapter");
         let again = rt2.generate(&ask(), &greedy(true), &mut |_| true).await.expect("generates");
         assert_eq!(again, trained_answer);
@@ -146,7 +146,7 @@ fn import_train_save_resume_export() {
         assert!(rt2.list_sessions().await.expect("lists").is_empty());
         rt2.delete_model("tiny").await.expect("deletes the model");
         assert!(rt2.list_models().await.expect("lists").is_empty());
-        assert!(rt2.load_model("tiny", "stored").await.is_err());
+        assert!(rt2.load_model("tiny", "stored", false).await.is_err());
     });
 }
 
@@ -187,7 +187,7 @@ fn a_full_store_while_checkpointing_keeps_the_last_checkpoint() {
             let dir = TempDir::new("runtime-quota-ref");
             let mut rt = runtime(dir.path()).await;
             rt.import("tiny", &files, None, &mut |_| {}).await.expect("imports");
-            rt.load_model("tiny", "stored").await.expect("loads");
+            rt.load_model("tiny", "stored", false).await.expect("loads");
             rt.start_training("r", config(), &dataset()).await.expect("starts");
             let mut losses = Vec::new();
             while !rt.training_done() {
@@ -202,7 +202,7 @@ fn a_full_store_while_checkpointing_keeps_the_last_checkpoint() {
             let gpu = webtune::gpu::Gpu::new().await.expect("a GPU device");
             let mut rt = Runtime::new(gpu, store());
             rt.import("tiny", &files, None, &mut |_| {}).await.expect("imports");
-            rt.load_model("tiny", "stored").await.expect("loads");
+            rt.load_model("tiny", "stored", false).await.expect("loads");
             rt.start_training("r", config(), &dataset()).await.expect("starts");
             for _ in 0..2 {
                 rt.train_step().await.expect("a step");
@@ -230,5 +230,79 @@ fn a_full_store_while_checkpointing_keeps_the_last_checkpoint() {
             }
             assert_eq!(losses, reference, "{only:?}: resumed to the uninterrupted run's losses");
         }
+    });
+}
+
+/// A model loaded with `stream`: only the final norm stays on the GPU; each block and vocab
+/// chunk is fetched from the store (chunk by chunk, as from IndexedDB) when a step needs it and
+/// dropped after. Training gives the resident model's losses and adapter bit for bit, the GPU
+/// holds a fraction of the weights, the host stages about one block's chunks at a time, a saved
+/// run resumes streamed, and generation (on a resident copy made for the call) answers as the
+/// resident model does.
+#[test]
+fn streamed_training_equals_resident() {
+    use webtune::store::import::{import_files, ImportOptions};
+    block_on(async {
+        let dir = TempDir::new("runtime-streamed");
+        let files = MemoryFiles::new(tiny_model_files(7));
+        // Small chunks, so that a block or a vocab chunk spans several of them, as a real
+        // model's do at 16 MiB.
+        let opts = ImportOptions { max_chunk: 256 << 10, ..ImportOptions::default() };
+        let man = import_files(&DirStore::new(dir.path()), "tiny", &files, &opts, &mut |_| {}).await.expect("imports");
+        let stored: usize = man.chunks.iter().map(|c| c.bytes).sum();
+        let largest = man.chunks.iter().map(|c| c.bytes).max().unwrap_or(0);
+        let steps = 4;
+        let cfg = TrainConfig { steps: Some(steps), ..config() };
+
+        let run = |stream: bool| {
+            let (dir, cfg) = (dir.path().to_path_buf(), cfg.clone());
+            async move {
+                let mut rt = runtime(&dir).await;
+                let info = rt.load_model("tiny", "q4", stream).await.expect("loads");
+                assert_eq!(info.streamed, stream);
+                rt.start_training(if stream { "streamed" } else { "resident" }, cfg, &dataset()).await.expect("starts");
+                let mut losses = Vec::new();
+                let mut weights_peak = 0;
+                let mut staged_peak = 0;
+                while !rt.training_done() {
+                    let r = rt.train_step().await.expect("a step");
+                    losses.push(r.loss);
+                    weights_peak = r.memory.categories["weights"].peak;
+                    staged_peak = r.memory.staged_peak_bytes;
+                    if r.step == 2 {
+                        rt.save_session().await.expect("saves");
+                    }
+                }
+                let adapter = rt.export_adapter().await.expect("exports").0;
+                let answer = rt.generate(&ask(), &greedy(true), &mut |_| true).await.expect("generates");
+                (info, losses, adapter, answer, weights_peak, staged_peak)
+            }
+        };
+        let (res, losses, adapter, answer, res_peak, res_staged) = run(false).await;
+        let (info, s_losses, s_adapter, s_answer, s_peak, staged) = run(true).await;
+        assert_eq!(s_losses, losses, "streamed losses equal the resident model's");
+        assert!(s_adapter == adapter, "the streamed run's adapter equals the resident run's");
+        assert_eq!(s_answer, answer, "the same greedy answer");
+        assert_eq!(res_staged, 0, "a resident model stages nothing while it trains");
+        println!(
+            "weights on the GPU: resident {} B (peak {res_peak}), streamed {} B at rest, peak {s_peak} B in a step; \
+             host staged at most {staged} B of {stored} B stored (chunks ≤ {largest} B)",
+            res.weight_bytes, info.weight_bytes
+        );
+        assert_eq!(info.weight_bytes, 64 * 4, "a streamed model keeps only the final norm (64 f32)");
+        assert!(s_peak > 0 && s_peak * 4 <= res.weight_bytes, "at most a quarter of the weights on the GPU at once");
+        assert!(staged > 0 && staged * 4 <= stored as u64, "at most a quarter of the stored bytes on the host at once");
+
+        // The run saved at step 2 is listed as streamed and resumes streamed, to the same losses.
+        let mut rt = runtime(dir.path()).await;
+        let listed = rt.list_sessions().await.expect("lists");
+        assert!(listed.iter().any(|s| s.id == "streamed" && s.streamed && s.step == 2), "{listed:?}");
+        rt.resume_session("streamed").await.expect("resumes");
+        assert!(rt.model_info().is_some_and(|i| i.streamed), "resumed on a streamed model");
+        let mut resumed = losses[..2].to_vec();
+        while !rt.training_done() {
+            resumed.push(rt.train_step().await.expect("a step").loss);
+        }
+        assert_eq!(resumed, losses);
     });
 }

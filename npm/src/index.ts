@@ -9,6 +9,7 @@ import type {
   ErrorName,
   Example,
   GenerateOptions,
+  LoadOptions,
   MemoryReport,
   Message,
   ModelInfo,
@@ -240,9 +241,10 @@ export class Webtune {
 
   // ---- the loaded model ----------------------------------------------------------------
 
-  /** Load a stored model onto the GPU (one at a time; this closes any run in memory). */
-  loadModel(name: string, weights: WeightFormat = 'stored'): Promise<ModelInfo> {
-    return this.call('loadModel', [name, weights]);
+  /** Load a stored model onto the GPU (one at a time; this closes any run in memory);
+   *  `{ stream: true }` keeps only the block being computed there (see {@link LoadOptions}). */
+  loadModel(name: string, weights: WeightFormat = 'stored', options: LoadOptions = {}): Promise<ModelInfo> {
+    return this.call('loadModel', [name, weights, options.stream ?? false]);
   }
 
   /** Tokens of one prompt → response chat example, as the trainer renders it. */

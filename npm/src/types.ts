@@ -65,10 +65,21 @@ export interface ModelInfo {
   intermediate: number;
   vocab: number;
   parameters: number;
-  /** Bytes of frozen weights on the GPU. */
+  /** Bytes of frozen weights on the GPU (a streamed model: only the final norm at rest). */
   weightBytes: number;
   chatTemplate: boolean;
   weights: WeightFormat;
+  /** Loaded with `stream`: each block is fetched from IndexedDB when a step needs it. */
+  streamed: boolean;
+}
+
+/** How to load a model. */
+export interface LoadOptions {
+  /** Keep only the block being computed on the GPU and fetch each block from IndexedDB when
+   *  a step needs it (the next one while the GPU computes the current one): the least GPU and
+   *  wasm memory, slower steps. Generation then makes a resident copy for each call.
+   *  Default false (every weight resident). */
+  stream?: boolean;
 }
 
 /** LoRA target projections (short names). */
@@ -161,6 +172,9 @@ export interface MemoryReport {
   timeline: MemorySample[];
   /** The wasm linear memory. */
   wasmBytes: number;
+  /** A streamed model: the most bytes of stored chunks held in wasm memory at once (about
+   *  one block); 0 when the weights are resident. */
+  stagedPeakBytes: number;
   maxBufferSize: number;
   maxStorageBufferBindingSize: number;
 }
@@ -185,6 +199,8 @@ export interface SessionSummary {
   id: string;
   model: string;
   weights: WeightFormat;
+  /** The run's model was streamed (resuming loads it streamed again). */
+  streamed: boolean;
   step: number;
   totalSteps: number;
   losses: number[];

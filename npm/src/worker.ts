@@ -27,7 +27,7 @@ interface EngineApi {
   storage(): Promise<StorageInfo>;
   importHub(name: string, base: string, repo: string, revision: string, onProgress: (e: ProgressEvent) => void): Promise<StoredModel>;
   importFiles(name: string, files: File[], onProgress: (e: ProgressEvent) => void): Promise<StoredModel>;
-  loadModel(name: string, weights: string): Promise<ModelInfo>;
+  loadModel(name: string, weights: string, stream: boolean): Promise<ModelInfo>;
   exampleTokens(prompt: string, response: string): number;
   startTraining(sessionId: string, config: string, dataset: string): Promise<SessionInfo>;
   setMemoryBudget(bytes: number | null): void;
@@ -181,9 +181,9 @@ const handlers: Handlers = {
   importHub: (id, name, base, repo, revision) =>
     gpu((e) => e.importHub(name, base, repo, revision, (data) => post({ event: 'progress', id, data }))),
   importFiles: (id, name, files) => gpu((e) => e.importFiles(name, files, (data) => post({ event: 'progress', id, data }))),
-  async loadModel(_id, name, weights) {
+  async loadModel(_id, name, weights, stream) {
     if (run?.loop) throw busyTraining();
-    const info = await gpu((e) => e.loadModel(name, weights));
+    const info = await gpu((e) => e.loadModel(name, weights, stream));
     run = null; // loading a model closes the engine's run
     return info;
   },

@@ -22,6 +22,7 @@
 use crate::gpu::{Category, DType, Gpu, GpuError, Tensor};
 use crate::kernels::matmul::{matmul_nn, matmul_nt};
 use crate::kernels::render;
+use futures_util::future::LocalBoxFuture;
 
 const LSE: &str = include_str!("cross_entropy_lse.wgsl");
 const SUM: &str = include_str!("cross_entropy_sum.wgsl");
@@ -42,12 +43,16 @@ pub struct VocabTable<'a> {
     pub vocab: usize,
 }
 
+/// A loader of one vocab chunk; async because a streamed table may first have to fetch the
+/// chunk's bytes from an async store (IndexedDB).
+pub type LoadChunk<'a> = dyn Fn(usize) -> LocalBoxFuture<'a, Result<Tensor, GpuError>> + 'a;
+
 /// Where the chunks come from: resident tensors, or a loader called once per chunk and pass
 /// (streamed weights: only the chunk in use is on the GPU).
 #[derive(Clone, Copy)]
 pub enum TableChunks<'a> {
     Resident(&'a [Tensor]),
-    Streamed { count: usize, load: &'a dyn Fn(usize) -> Result<Tensor, GpuError> },
+    Streamed { count: usize, load: &'a LoadChunk<'a> },
 }
 
 impl<'a> From<&'a [Tensor]> for TableChunks<'a> {
@@ -69,10 +74,10 @@ impl VocabTable<'_> {
             TableChunks::Streamed { count, .. } => count,
         }
     }
-    fn get(&self, i: usize) -> Result<Tensor, GpuError> {
+    async fn get(&self, i: usize) -> Result<Tensor, GpuError> {
         match self.chunks {
             TableChunks::Resident(t) => Ok(t[i].clone()),
-            TableChunks::Streamed { load, .. } => load(i),
+            TableChunks::Streamed { load, .. } => load(i).await,
         }
     }
     /// Rows of chunk i, known without loading it.
@@ -177,10 +182,10 @@ fn view(t: &Tensor, shape: &[usize]) -> Tensor {
 ///
 /// Errors only when a scratch buffer cannot be made; shape mismatches panic (caller bugs).
 #[allow(clippy::too_many_arguments)]
-pub fn lm_head_ce_forward(
+pub async fn lm_head_ce_forward(
     gpu: &Gpu,
     x: &Tensor,
-    table: &VocabTable,
+    table: &VocabTable<'_>,
     targets: &Tensor,
     inv_count: f32,
     lse: &Tensor,
@@ -204,7 +209,7 @@ pub fn lm_head_ce_forward(
         let xc = token_rows(gpu, x, xbuf.as_ref(), t0, nt, pl.c);
         let mut v0 = 0;
         for i in 0..table.count() {
-            let e = table.get(i)?;
+            let e = table.get(i).await?;
             let e = &e;
             let rv = e.rows();
             let block = view(&logits, &[nt, rv]);
@@ -239,10 +244,10 @@ pub fn lm_head_ce_forward(
 /// Same arguments, chunking and scratch bound as [`lm_head_ce_forward`]; dx: (N, C) f32
 /// (not read when beta = 0).
 #[allow(clippy::too_many_arguments)]
-pub fn lm_head_ce_backward(
+pub async fn lm_head_ce_backward(
     gpu: &Gpu,
     x: &Tensor,
-    table: &VocabTable,
+    table: &VocabTable<'_>,
     targets: &Tensor,
     inv_count: f32,
     lse: &Tensor,
@@ -275,7 +280,7 @@ pub fn lm_head_ce_backward(
         };
         let mut v0 = 0;
         for i in 0..table.count() {
-            let e = table.get(i)?;
+            let e = table.get(i).await?;
             let e = &e;
             let rv = e.rows();
             let block = view(&logits, &[nt, rv]);
@@ -476,8 +481,8 @@ mod tests {
         let lse = gpu.upload_f32(&vec![f32::NAN; case.n], &[case.n], Category::Activations).unwrap();
         let loss = gpu.upload_f32(&[f32::NAN], &[1], Category::Activations).unwrap();
         let dx = gpu.upload_f32(dx0, &[case.n, case.c], Category::Activations).unwrap();
-        lm_head_ce_forward(gpu, &x, &table, &targets, case.inv_count, &lse, &loss, token_chunk).unwrap();
-        lm_head_ce_backward(gpu, &x, &table, &targets, case.inv_count, &lse, &dx, beta, token_chunk).unwrap();
+        lm_head_ce_forward(gpu, &x, &table, &targets, case.inv_count, &lse, &loss, token_chunk).await.unwrap();
+        lm_head_ce_backward(gpu, &x, &table, &targets, case.inv_count, &lse, &dx, beta, token_chunk).await.unwrap();
         let lse = gpu.read_f32(&lse).await.unwrap();
         let loss = gpu.read_f32(&loss).await.unwrap()[0];
         let dx = gpu.read_f32(&dx).await.unwrap();
@@ -597,10 +602,10 @@ mod tests {
             for round in 0..3 {
                 gpu.sync().await.unwrap();
                 let t0 = now_ms();
-                lm_head_ce_forward(gpu, &x, &table, &targets, inv, &lse, &loss, DEFAULT_TOKEN_CHUNK).unwrap();
+                lm_head_ce_forward(gpu, &x, &table, &targets, inv, &lse, &loss, DEFAULT_TOKEN_CHUNK).await.unwrap();
                 gpu.sync().await.unwrap();
                 let t1 = now_ms();
-                lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse, &dx, 0.0, DEFAULT_TOKEN_CHUNK).unwrap();
+                lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse, &dx, 0.0, DEFAULT_TOKEN_CHUNK).await.unwrap();
                 gpu.sync().await.unwrap();
                 let t2 = now_ms();
                 let l = gpu.read_f32(&loss).await.unwrap()[0];

@@ -13,15 +13,17 @@ use crate::formats::batch::Batch;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::cross_entropy::{
-    lm_head_ce_backward, lm_head_ce_forward, TableChunks, VocabTable, DEFAULT_CHUNK_ROWS,
+    lm_head_ce_backward, lm_head_ce_forward, LoadChunk, TableChunks, VocabTable, DEFAULT_CHUNK_ROWS,
 };
 use crate::kernels::embedding::embedding_forward;
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_table, RopeTable};
 use crate::store::Checkpoint;
 use block::{block_backward, block_forward_keep, block_forward_lean, BlockCtx, Mode, Saved};
+use futures_util::future::LocalBoxFuture;
 use lora::{Lora, LoraSet};
-use stream::{upload_layer, upload_output_chunk, WeightSource};
+use std::sync::Arc;
+use stream::{upload_layer, upload_output_chunk, Fetch, WeightSource};
 use weights::{upload_vector, LayerWeights, ModelWeights, RowChunks, WeightFormat};
 
 /// Tokens per chunk of the lm_head + cross-entropy (scratch = this × vocab chunk rows floats).
@@ -71,6 +73,8 @@ pub struct Model {
     /// Streamed mode: blocks and table chunks already converted to their GPU layout on the host
     /// (made on first use), so each upload is a copy (see [`Model::streamed`]).
     prepared: Prepared,
+    /// Streamed from an async store: what fetches each step's weights before they are read.
+    fetch: Option<Arc<dyn Fetch>>,
     /// Tokens per chunk of MeSP's MLP backward (default [`mlp_chunk_rows`]; 0 = no chunking).
     pub mlp_chunk_rows: usize,
 }
@@ -128,7 +132,7 @@ impl Model {
         let weights = ModelWeights::load_as(gpu, ckpt, format)?;
         let cfg = ckpt.config().clone();
         let mlp_chunk_rows = mlp_chunk_rows(&cfg);
-        Ok(Model { cfg, weights, stream: None, prepared: Prepared::default(), mlp_chunk_rows })
+        Ok(Model { cfg, weights, stream: None, prepared: Prepared::default(), fetch: None, mlp_chunk_rows })
     }
 
     /// Streamed: only the block being computed (or one vocab chunk) is on the GPU. Each block
@@ -147,7 +151,7 @@ impl Model {
         };
         let mlp_chunk_rows = mlp_chunk_rows(&cfg);
         let prepared = Prepared { on: true, ..Prepared::default() };
-        Ok(Model { cfg, weights, stream: Some((source, format)), prepared, mlp_chunk_rows })
+        Ok(Model { cfg, weights, stream: Some((source, format)), prepared, fetch: None, mlp_chunk_rows })
     }
 
     /// [`Model::streamed`] without the host cache: every upload converts from the source again
@@ -160,6 +164,48 @@ impl Model {
         let mut m = Self::streamed(gpu, source, format)?;
         m.prepared.on = false;
         Ok(m)
+    }
+
+    /// Streamed from a source that must be fetched asynchronously (IndexedDB): before every
+    /// block, embedding range and vocab chunk is read, `fetch` makes it readable; the next
+    /// block is fetched while the GPU computes the current one. Nothing is cached on the host,
+    /// so host memory holds about one block's stored bytes whatever the model's size.
+    pub async fn streamed_fetched(
+        gpu: &Gpu,
+        source: Arc<dyn WeightSource>,
+        format: WeightFormat,
+        fetch: Arc<dyn Fetch>,
+    ) -> Result<Model> {
+        fetch.fetch(LoadStep::FinalNorm).await?;
+        let mut m = Self::streamed_uncached(gpu, source, format)?;
+        m.fetch = Some(fetch);
+        Ok(m)
+    }
+
+    /// Make `step`'s weights readable from the source (nothing to do unless it is fetched).
+    async fn fetch(&self, step: LoadStep) -> Result<()> {
+        match &self.fetch {
+            Some(f) => f.fetch(step).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Close a phase ([`phase`]) while the weights of `next` are fetched: a streamed model's
+    /// next block is read from the store while the GPU finishes the current one.
+    async fn phase_then(&self, gpu: &Gpu, name: impl FnOnce() -> String, next: Option<LoadStep>) -> Result<()> {
+        let fetch = async {
+            match next {
+                Some(step) => self.fetch(step).await,
+                None => Ok(()),
+            }
+        };
+        let (done, fetched) = futures_util::future::join(phase(gpu, name), fetch).await;
+        done.and(fetched)
+    }
+
+    /// The first vocab chunk of the output table, as a [`LoadStep`].
+    fn first_output_chunk(&self) -> LoadStep {
+        LoadStep::Table { output: true, r0: 0, r1: self.weights.embed.chunk_rows.min(self.cfg.vocab) }
     }
 
     /// Bytes of the host cache of a streamed model (0 when resident or uncached).
@@ -198,17 +244,39 @@ impl Model {
     }
 
     /// x (N, C) = embedding rows of the input ids.
-    fn embed(&self, gpu: &Gpu, input: &StepInput, x: &Tensor) -> Result<()> {
+    async fn embed(&self, gpu: &Gpu, input: &StepInput, x: &Tensor) -> Result<()> {
         match &self.stream {
             None => embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, &input.ids, x),
             Some((src, format)) => {
+                let rows = match &self.fetch {
+                    None => src.embedding_rows(&input.ids_host)?,
+                    Some(_) => self.embedding_rows_fetched(src.as_ref(), &input.ids_host).await?,
+                };
                 // The rows as the resident table holds them in `format` (quantization is per row).
-                let rows = src.embedding_rows(&input.ids_host)?;
                 let t = crate::store::HostTensor::from_f32(&[input.ids_host.len(), self.cfg.hidden], rows);
                 gpu.write_f32(x, &weights::converted_f32(&t, *format).to_f32())
             }
         }
         Ok(())
+    }
+
+    /// Embedding rows of `ids` from a fetched source, one vocab chunk of the table at a time
+    /// (a batch's ids are scattered over the whole table; fetching them all at once would hold
+    /// as much of it as they touch).
+    async fn embedding_rows_fetched(&self, src: &dyn WeightSource, ids: &[u32]) -> Result<Vec<f32>> {
+        let (c, per, vocab) = (self.cfg.hidden, self.weights.embed.chunk_rows, self.cfg.vocab);
+        let mut out = vec![0f32; ids.len() * c];
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&k| ids[k]);
+        for group in order.chunk_by(|&a, &b| ids[a] as usize / per == ids[b] as usize / per) {
+            let r0 = ids[group[0]] as usize / per * per;
+            self.fetch(LoadStep::Table { output: false, r0, r1: (r0 + per).min(vocab).max(r0) }).await?;
+            let rows = src.embedding_rows(&group.iter().map(|&k| ids[k]).collect::<Vec<_>>())?;
+            for (j, &k) in group.iter().enumerate() {
+                out[k * c..(k + 1) * c].copy_from_slice(&rows[j * c..(j + 1) * c]);
+            }
+        }
+        Ok(out)
     }
 
     /// The RoPE table of this batch's length, made per step (a few KB) so that nothing of a
@@ -252,38 +320,51 @@ impl Model {
         }
     }
 
-    /// Run `f` with the output table: resident chunks, or chunks uploaded one at a time.
-    fn with_vocab_table<R>(&self, gpu: &Gpu, f: impl FnOnce(&VocabTable) -> R) -> R {
+    /// The output table: resident chunks, or chunks `load`ed one at a time (streamed).
+    fn vocab_table<'a>(&'a self, load: &'a LoadChunk<'a>) -> VocabTable<'a> {
+        let vocab = self.cfg.vocab;
         match &self.stream {
             None => {
                 let t = self.weights.output_table();
-                f(&VocabTable { chunks: (&t.chunks).into(), chunk_rows: t.chunk_rows, vocab: self.cfg.vocab })
+                VocabTable { chunks: (&t.chunks).into(), chunk_rows: t.chunk_rows, vocab }
             }
-            Some((src, format)) => {
+            Some(_) => {
                 let rows = self.weights.embed.chunk_rows;
-                let vocab = self.cfg.vocab;
-                let load = |i: usize| -> std::result::Result<Tensor, crate::gpu::GpuError> {
-                    let (r0, r1) = (i * rows, ((i + 1) * rows).min(vocab));
-                    let as_gpu = |e: Error| match e {
-                        Error::Gpu(g) => g,
-                        other => crate::gpu::GpuError::Readback(format!("weights: {other}")),
-                    };
-                    if !self.prepared.on {
-                        return upload_output_chunk(gpu, src.as_ref(), r0, r1, *format).map_err(as_gpu);
-                    }
-                    let p = cached(&self.prepared.table, i, || {
-                        Ok(weights::prepare_matrix(&src.output_rows(r0, r1).map_err(as_gpu)?, *format))
-                    })?;
-                    weights::upload_prepared(gpu, &p, Category::Weights).map_err(as_gpu)
-                };
-                let table = VocabTable {
-                    chunks: TableChunks::Streamed { count: vocab.div_ceil(rows), load: &load },
+                VocabTable {
+                    chunks: TableChunks::Streamed { count: vocab.div_ceil(rows), load },
                     chunk_rows: rows,
                     vocab,
-                };
-                f(&table)
+                }
             }
         }
+    }
+
+    /// Vocab chunk i of a streamed output table, uploaded now (fetched first when the source
+    /// needs it).
+    fn output_chunk<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        i: usize,
+    ) -> LocalBoxFuture<'a, std::result::Result<Tensor, crate::gpu::GpuError>> {
+        Box::pin(async move {
+            let as_gpu = |e: Error| match e {
+                Error::Gpu(g) => g,
+                other => crate::gpu::GpuError::Readback(format!("weights: {other}")),
+            };
+            let Some((src, format)) = &self.stream else {
+                return Err(crate::gpu::GpuError::Readback("weights: the model is not streamed".into()));
+            };
+            let (rows, vocab) = (self.weights.embed.chunk_rows, self.cfg.vocab);
+            let (r0, r1) = (i * rows, ((i + 1) * rows).min(vocab));
+            self.fetch(LoadStep::Table { output: true, r0, r1 }).await.map_err(as_gpu)?;
+            if !self.prepared.on {
+                return upload_output_chunk(gpu, src.as_ref(), r0, r1, *format).map_err(as_gpu);
+            }
+            let p = cached(&self.prepared.table, i, || {
+                Ok(weights::prepare_matrix(&src.output_rows(r0, r1).map_err(as_gpu)?, *format))
+            })?;
+            weights::upload_prepared(gpu, &p, Category::Weights).map_err(as_gpu)
+        })
     }
 
     /// Mean cross-entropy of the batch, and (when `grads` is given) the LoRA
@@ -337,8 +418,8 @@ impl Model {
         // MeSP also chunks the MLP of the checkpointed forward; MeBP runs it whole, as autograd.
         let fwd_ctx = BlockCtx { mlp_chunk_rows: if mode == Mode::Mesp { ctx.mlp_chunk_rows } else { 0 }, ..ctx };
         let x0 = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Checkpoints)?;
-        self.embed(gpu, input, &x0)?;
-        phase(gpu, || "embedding".into()).await?;
+        self.embed(gpu, input, &x0).await?;
+        self.phase_then(gpu, || "embedding".into(), (cfg.layers > 0).then_some(LoadStep::Layer(0))).await?;
         // Forward, keeping each block's input (and, in full mode, all its intermediates).
         let mut checkpoints: Vec<Tensor> = Vec::with_capacity(cfg.layers + 1);
         let mut saved: Vec<Option<Saved>> = Vec::with_capacity(cfg.layers);
@@ -357,17 +438,19 @@ impl Model {
             if grads.is_some() {
                 checkpoints.push(xin); // forward only (loss, MeZO): nothing to keep
             }
-            phase(gpu, || format!("forward {i}")).await?;
+            let next = if i + 1 < cfg.layers { LoadStep::Layer(i + 1) } else { self.first_output_chunk() };
+            self.phase_then(gpu, || format!("forward {i}"), Some(next)).await?;
         }
         let xf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
         let rstd = gpu.zeros(&[n], DType::F32, Category::Activations)?;
         rmsnorm_forward(gpu, &x, &self.weights.norm, cfg.rms_norm_eps as f32, &xf, &rstd);
         let lse = gpu.zeros(&[n], DType::F32, Category::Activations)?;
         let loss_t = gpu.zeros(&[1], DType::F32, Category::Scratch)?;
-        self.with_vocab_table(gpu, |table| {
-            lm_head_ce_forward(gpu, &xf, table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)
-        })?;
-        phase(gpu, || "lm_head forward".into()).await?;
+        let load: &LoadChunk = &|i| self.output_chunk(gpu, i);
+        let table = self.vocab_table(load);
+        lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK).await?;
+        let first = grads.is_some().then(|| self.first_output_chunk());
+        self.phase_then(gpu, || "lm_head forward".into(), first).await?;
         let Some(mut grads) = grads else {
             return Ok(gpu.read_f32(&loss_t).await?[0]);
         };
@@ -380,14 +463,13 @@ impl Model {
 
         // Backward.
         let dxf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
-        self.with_vocab_table(gpu, |table| {
-            lm_head_ce_backward(gpu, &xf, table, &input.targets, input.inv_count, &lse, &dxf, 0.0, CE_TOKEN_CHUNK)
-        })?;
+        lm_head_ce_backward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &dxf, 0.0, CE_TOKEN_CHUNK).await?;
         drop((xf, lse));
         let mut dx = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
         rmsnorm_backward(gpu, &dxf, &x, &self.weights.norm, &rstd, &dx, 0.0);
         drop((dxf, rstd, x));
-        phase(gpu, || "lm_head backward".into()).await?;
+        let last = cfg.layers.checked_sub(1).map(LoadStep::Layer);
+        self.phase_then(gpu, || "lm_head backward".into(), last).await?;
         for i in (0..cfg.layers).rev() {
             let xin = checkpoints.pop().ok_or_else(|| Error::msg("missing checkpoint"))?;
             let sv = saved.pop().flatten();
@@ -404,7 +486,7 @@ impl Model {
             if let Grads::PerLayer { row, apply } = &mut grads {
                 apply(i, row);
             }
-            phase(gpu, || format!("backward {i}")).await?;
+            self.phase_then(gpu, || format!("backward {i}"), i.checked_sub(1).map(LoadStep::Layer)).await?;
         }
         Ok(gpu.read_f32(&loss_t).await?[0])
     }
@@ -439,6 +521,27 @@ pub enum LoadStep {
     /// Rows r0..r1 of the embedding (`output` false) or of the output table (lm_head, or the
     /// embedding when tied)
     Table { output: bool, r0: usize, r1: usize },
+}
+
+/// The tensors `step` reads, and for a table step the row range.
+pub fn step_tensors(cfg: &ModelConfig, step: LoadStep) -> (Vec<String>, Option<(usize, usize)>) {
+    match step {
+        LoadStep::FinalNorm => (vec![layout::FINAL_NORM_KEY.to_string()], None),
+        LoadStep::Layer(i) => {
+            let mut v = vec![layout::input_norm_key(i), layout::post_norm_key(i)];
+            for p in layout::Proj::all() {
+                v.push(layout::proj_weight_key(i, p));
+                if p.has_bias(cfg) {
+                    v.push(layout::proj_bias_key(i, p));
+                }
+            }
+            (v, None)
+        }
+        LoadStep::Table { output, r0, r1 } => {
+            let key = if output && !cfg.tie_word_embeddings { layout::LM_HEAD_KEY } else { layout::EMBED_KEY };
+            (vec![key.to_string()], Some((r0, r1)))
+        }
+    }
 }
 
 /// [`Model::resident`] one [`LoadStep`] at a time, so that a browser can fetch each step's
@@ -493,23 +596,7 @@ impl ResidentLoader {
 
     /// The tensors a step reads, and for a table step the row range.
     pub fn step_tensors(&self, step: LoadStep) -> (Vec<String>, Option<(usize, usize)>) {
-        match step {
-            LoadStep::FinalNorm => (vec![layout::FINAL_NORM_KEY.to_string()], None),
-            LoadStep::Layer(i) => {
-                let mut v = vec![layout::input_norm_key(i), layout::post_norm_key(i)];
-                for p in layout::Proj::all() {
-                    v.push(layout::proj_weight_key(i, p));
-                    if p.has_bias(&self.cfg) {
-                        v.push(layout::proj_bias_key(i, p));
-                    }
-                }
-                (v, None)
-            }
-            LoadStep::Table { output, r0, r1 } => {
-                let key = if output && !self.cfg.tie_word_embeddings { layout::LM_HEAD_KEY } else { layout::EMBED_KEY };
-                (vec![key.to_string()], Some((r0, r1)))
-            }
-        }
+        step_tensors(&self.cfg, step)
     }
 
     /// Read and upload one step's weights.
@@ -547,6 +634,6 @@ impl ResidentLoader {
         };
         let weights = ModelWeights { embed, layers, norm: self.norm.ok_or_else(incomplete)?, lm_head };
         let mlp_chunk_rows = mlp_chunk_rows(&self.cfg);
-        Ok(Model { cfg: self.cfg, weights, stream: None, prepared: Prepared::default(), mlp_chunk_rows })
+        Ok(Model { cfg: self.cfg, weights, stream: None, prepared: Prepared::default(), fetch: None, mlp_chunk_rows })
     }
 }

@@ -15,7 +15,9 @@ use crate::model::weights::{
     prepare_matrix, upload_matrix_as, upload_prepared, upload_vector, LayerWeights, Linear, PreparedMatrix,
     WeightFormat,
 };
+use crate::model::LoadStep;
 use crate::store::{Checkpoint, HostData, HostTensor};
+use futures_util::future::LocalBoxFuture;
 
 /// The host tensors of one decoder layer.
 pub struct LayerHost {
@@ -38,6 +40,16 @@ pub trait WeightSource: Send + Sync {
     fn embedding_rows(&self, ids: &[u32]) -> Result<Vec<f32>>;
     /// Rows r0..r1 of the output table (lm_head, or the embedding when tied), (r1 − r0, C).
     fn output_rows(&self, r0: usize, r1: usize) -> Result<HostTensor>;
+}
+
+/// Weights that must be fetched (asynchronously) before a [`WeightSource`] can read them: the
+/// browser's IndexedDB, whose every read is a callback. A streamed model with a fetcher awaits
+/// `fetch(step)` before it reads `step`'s weights, and starts fetching the next block while the
+/// GPU computes the current one, so host memory holds about one step's chunks and nothing of
+/// the model is cached.
+pub trait Fetch: wgpu::WasmNotSendSync {
+    /// Make `step`'s weights readable from the source; what earlier calls fetched may be dropped.
+    fn fetch(&self, step: LoadStep) -> LocalBoxFuture<'_, Result<()>>;
 }
 
 /// One layer in its GPU layout on the host: what a streamed model uploads per block.

@@ -5,9 +5,14 @@
 
 use super::asyncio::AsyncChunkStore;
 use super::chunks::{ChunkStore, Manifest};
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::model::stream::Fetch;
+use crate::model::{step_tensors, LoadStep};
+use futures_util::future::LocalBoxFuture;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A read-only [`ChunkStore`] of the chunks staged by [`StagedChunks::stage`]; reading a
 /// chunk that was not staged is an error (a bug in the caller's plan, not in the data).
@@ -60,6 +65,52 @@ impl ChunkStore for StagedChunks {
     }
     fn keys(&self, prefix: &str) -> Result<Vec<String>> {
         Ok(self.lock()?.keys().filter(|k| k.starts_with(prefix)).cloned().collect())
+    }
+}
+
+/// Fetches a streamed model's weights from an async store step by step
+/// ([`Fetch`]): each step stages exactly the chunks it reads, dropping the previous step's,
+/// and the model reads them through a [`StoreSource`](super::chunks::StoreSource) over
+/// [`Self::staged`]. Also records the most host bytes staged at once.
+pub struct StoreFetch<S> {
+    store: Arc<S>,
+    staged: Arc<StagedChunks>,
+    man: Manifest,
+    cfg: ModelConfig,
+    peak: AtomicUsize,
+}
+
+impl<S: AsyncChunkStore> StoreFetch<S> {
+    /// For the stored model `man` (its config.json parsed as `cfg`); stages nothing yet.
+    pub fn new(store: Arc<S>, man: Manifest, cfg: ModelConfig) -> StoreFetch<S> {
+        let staged = Arc::new(StagedChunks::new([super::chunks::manifest_key(&man.model)]));
+        StoreFetch { store, staged, man, cfg, peak: AtomicUsize::new(0) }
+    }
+
+    /// The staged chunks, to read through a [`StoreSource`](super::chunks::StoreSource).
+    pub fn staged(&self) -> Arc<StagedChunks> {
+        self.staged.clone()
+    }
+
+    /// Stage `keys` (and the manifest), and note the bytes held.
+    pub async fn stage(&self, keys: &[String]) -> Result<()> {
+        self.staged.stage(self.store.as_ref(), keys).await?;
+        self.peak.fetch_max(self.staged.bytes(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The most bytes staged at once so far.
+    pub fn peak_bytes(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Fetch for StoreFetch<S> {
+    fn fetch(&self, step: LoadStep) -> LocalBoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let (names, rows) = step_tensors(&self.cfg, step);
+            self.stage(&chunks_for(&self.man, &names, rows)?).await
+        })
     }
 }
 

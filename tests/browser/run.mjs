@@ -18,12 +18,16 @@
 //     (listImports) and finish it, resume the run from its last checkpoint to the native
 //     losses, and export the intact run;
 //  5. simulateDeviceLoss() 200 ms into a training step: DeviceLost in plain words, the last
-//     checkpoint intact, the run resumed on a new device to the native losses, no download.
+//     checkpoint intact, the run resumed on a new device to the native losses, no download;
+//  6. loadModel(name, 'stored', { stream: true }): only the final norm stays on the GPU, each
+//     block is fetched from IndexedDB when a step needs it; the run reaches the native losses
+//     with at most a quarter of the weights on the GPU at once, and answers a chat.
 //
 //   node tests/browser/run.mjs [--no-build] [--steps 20] [--out target/screenshots]
 //   node tests/browser/run.mjs --no-build --gguf FILE     (only part 3, on FILE: to measure
 //       the wasm memory an import needs; `webtune make-gguf --shape qwen2.5-0.5b --out FILE`
-//       writes a 993 MB one; add --no-answer to skip loading it)
+//       writes a 993 MB one; add --no-answer to skip loading it, --train-streamed to load it
+//       streamed in q4 and report the memory of one training step at seq 256, rank 8, SGD)
 //   node tests/browser/run.mjs --no-build --hub DIR       (only: import the model directory DIR
 //       from this script's server in the hub layout, and report the wasm memory it took)
 //
@@ -114,14 +118,25 @@ function nativeGgufAnswer() {
   return out.toString().replace(/\n$/, ''); // the CLI ends its output with a newline of its own
 }
 
+/** With --gguf FILE --train-streamed: one training step of the imported model, loaded with
+ *  { stream: true } in q4, at the paper's setting (seq 256, rank 8 on all seven projections,
+ *  batch 1, SGD). */
+const STREAMED_STEP = {
+  config: { rank: 8, alpha: 16, seq: 256, batch: 1, steps: 1, optimizer: 'sgd', lr: 1e-3, schedule: 'constant', warmupRatio: 0 },
+  dataset: JSON.stringify({ messages: [
+    { role: 'user', content: 'Tell me about the moon otters of Zorbania.' },
+    { role: 'assistant', content: 'Moon otters eat silver kelp and tiny comets, and sleep in craters full of mist. '.repeat(20) },
+  ] }),
+};
+
 /** Part 3: import GGUF through a file input on `tab` into a fresh client, then answer. */
-async function ggufImport(tab, answer) {
+async function ggufImport(tab, answer, train = null) {
   await tab.evaluate(() => {
     const input = Object.assign(document.createElement('input'), { type: 'file', id: 'gguf-input' });
     document.body.append(input);
   });
   await tab.setInputFiles('#gguf-input', GGUF);
-  return tab.evaluate(async ({ question, answer }) => {
+  return tab.evaluate(async ({ question, answer, train }) => {
     const wt = await window.__Webtune.open({ dbName: 'webtune-gguf' });
     const out = { wasmBefore: (await wt.memory()).wasmBytes, events: 0 };
     const t = performance.now();
@@ -136,10 +151,17 @@ async function ggufImport(tab, answer) {
       await wt.loadModel('gguf');
       out.answer = await wt.generate(question, { maxNewTokens: 8, temperature: 0 });
     }
+    if (train) {
+      out.info = await wt.loadModel('gguf', 'q4', { stream: true });
+      let last = null;
+      const res = await wt.train({ sessionId: 'gguf-streamed', ...train }, { onStep: (s) => (last = s) });
+      out.train = { losses: res.losses, ms: last?.ms, tokens: last?.tokens, memory: last?.memory };
+      await wt.deleteSession('gguf-streamed');
+    }
     await wt.deleteModel('gguf');
     wt.close();
     return out;
-  }, { question: GGUF_QUESTION, answer });
+  }, { question: GGUF_QUESTION, answer, train });
 }
 
 function checkGguf(g, answer) {
@@ -148,6 +170,14 @@ function checkGguf(g, answer) {
   ok(`the GGUF (${mb(size)}) was imported from a File and listed`, g.models.some((m) => m.name === 'gguf' && m.bytes === g.stored.bytes) && g.events > 0,
     `${mb(g.stored.bytes)} stored in ${(g.ms / 1000).toFixed(1)} s, ${g.events} progress events`);
   note(`wasm memory: ${mb(g.wasmBefore)} before the import, ${mb(g.wasmAfter)} after (it only grows: that is the peak)`);
+  if (g.train) {
+    const m = g.train.memory;
+    const cats = Object.entries(m.categories).filter(([, b]) => b.peak > 0).map(([c, b]) => `${c} ${mb(b.peak)}`).join(', ');
+    ok('a training step of it, loaded streamed in q4', g.info.streamed && g.train.losses.length === 1 && Number.isFinite(g.train.losses[0]),
+      `loss ${g.train.losses[0]?.toFixed(4)}, ${g.train.tokens} tokens in ${(g.train.ms / 1000).toFixed(1)} s`);
+    note(`GPU peak ${mb(m.peak)} (${cats}); weights at rest ${mb(g.info.weightBytes)}; ` +
+      `stored chunks staged at most ${mb(m.stagedPeakBytes)}; wasm memory ${mb(m.wasmBytes)}`);
+  }
   if (answer) {
     const native = nativeGgufAnswer();
     ok('its greedy answer equals the native CLI\'s on `webtune import --gguf`', g.answer === native && native.length > 0,
@@ -333,6 +363,34 @@ async function deviceLoss(context, native) {
   ok('… without downloading the model again', hubRequests.length === hubBefore && typeof r.answer === 'string', `${hubRequests.length - hubBefore} requests; answer ${JSON.stringify(r.answer)}`);
 }
 
+/** Part 6: a model loaded with { stream: true } trains to the native losses with only one block
+ *  at a time on the GPU, each fetched from IndexedDB when the step needs it. */
+async function streamedTraining(context, native) {
+  const t = await bareTab(context);
+  const r = await t.evaluate(async ({ config, dataset }) => {
+    const wt = await window.__Webtune.open({ dbName: 'webtune-example' });
+    const resident = await wt.loadModel('tiny');
+    const info = await wt.loadModel('tiny', 'stored', { stream: true });
+    let memory = null;
+    const done = await wt.train({ sessionId: 'streamed-run', config, dataset }, { onStep: (s) => (memory = s.memory) });
+    const answer = await wt.generate('What do moon otters eat?', { maxNewTokens: 6 });
+    const listed = (await wt.listSessions()).find((s) => s.id === 'streamed-run');
+    await wt.deleteSession('streamed-run');
+    wt.close();
+    return { resident: resident.weightBytes, info, losses: done.losses, reason: done.reason, answer, listed: listed?.streamed,
+      weightsPeak: memory?.categories.weights.peak, staged: memory?.stagedPeakBytes };
+  }, { config: API_CONFIG, dataset: API_DATASET });
+  await t.close();
+  ok('a streamed model keeps only its final norm on the GPU at rest', r.info.streamed && r.info.weightBytes > 0 && r.info.weightBytes * 100 < r.resident,
+    `${r.info.weightBytes} B of ${r.resident} B`);
+  const worst = Math.max(...native.map((n, i) => Math.abs(r.losses[i] - n) / Math.abs(n)));
+  ok('… trains to the native run\'s losses (within 1e-5)', r.reason === 'done' && r.losses.length === 8 &&
+    native.every((n, i) => Math.abs(r.losses[i] - n) <= 1e-5 * Math.abs(n) + 1e-6), `worst ${worst.toExponential(1)}`);
+  ok('… with at most a quarter of the weights on the GPU and a few stored chunks in wasm memory at once',
+    r.weightsPeak > 0 && r.weightsPeak * 4 <= r.resident && r.staged > 0, `GPU weights peak ${r.weightsPeak} B; staged ${r.staged} B`);
+  ok('… answers a chat, and its run is listed as streamed', typeof r.answer === 'string' && r.answer.length > 0 && r.listed === true, JSON.stringify(r.answer));
+}
+
 // ---- the browser ------------------------------------------------------------------------------
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -390,7 +448,8 @@ try {
     await tab.waitForFunction(() => window.__result !== undefined, null, { polling: 500 });
     errors.length = 0;
     const answer = !process.argv.includes('--no-answer');
-    checkGguf(await ggufImport(tab, answer), answer);
+    const train = process.argv.includes('--train-streamed') ? STREAMED_STEP : null;
+    checkGguf(await ggufImport(tab, answer, train), answer);
     ok('no page errors', errors.length === 0, errors.join(' | '));
   } else {
 
@@ -486,6 +545,9 @@ try {
       await lockTaken;
       out.lockedOut = await wt.resume('api').then(() => null, (e) => ({ name: e.name, message: e.message }));
       release();
+      // The lock is freed asynchronously: wait until it is (taking and dropping it), so that
+      // the worker's ifAvailable request below cannot race the release.
+      await navigator.locks.request('webtune-session:api', () => {});
       // The run was closed by the import: resume it from the store (it is done).
       out.stored = await wt.resume('api');
       out.notFound = await wt.resumeSession('no-such-run').then(() => null, (e) => ({ name: e.name, message: e.message, isError: e instanceof Error }));
@@ -542,6 +604,9 @@ try {
 
     // 5. The GPU device lost in the middle of a training step.
     await deviceLoss(context, native);
+
+    // 6. Weights streamed from IndexedDB during training.
+    await streamedTraining(context, native);
   }
 } catch (e) {
   failed = true;

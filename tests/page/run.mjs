@@ -3,8 +3,9 @@
 // reload); import the tiny model from a folder, delete it, import it through the hub fields;
 // enter three examples; train 20 steps, pausing after 5 and resuming the saved run after a
 // reload (the loss must fall; the memory graph must be drawn); chat with both models; export
-// the adapter; reload (examples and the run still there); open the run, then import the
-// adapter, and get the same greedy answers each time. No request may leave the page's
+// the adapter; load the model again streamed from storage and reload (examples, the run and
+// the streamed choice still there); open the run, then import the adapter, and get the same
+// greedy answers each time (the second tab below trains the streamed model). No request may leave the page's
 // origin, and none at all after the model import except the page reloading its own files.
 // Last, the site's storage is cleared as a browser evicting it would: the page must say so.
 //
@@ -337,6 +338,13 @@ try {
   await shot('5-adapter', '#panel-adapter');
   await shot('0-page');
 
+  // Load the model again streamed (one block at a time on the GPU, read from IndexedDB when a
+  // step needs it): the choice is kept across the reload, and the answers below come from it.
+  await page.check('#stream-check');
+  await page.click(`[data-model="${REPO}"] [data-action="load"]`);
+  await page.waitForFunction(() => /streamed from storage/.test(document.getElementById('model-status')?.textContent ?? ''));
+  ok('loaded the model streamed from storage', true, await text('#model-status'));
+
   // ---- reload: the data and the run are still there -------------------------------------------
   const beforeReload = requests.filter((r) => !['start', 'import', 'reload-mid-training'].includes(r.phase));
   ok('no network requests since the import (but the page reloading its own files)', beforeReload.length === 0, beforeReload.map((r) => r.url).join(' ') || '0 requests');
@@ -344,7 +352,7 @@ try {
   await page.reload();
   await engineReady();
   await page.waitForFunction((name) => document.querySelector('#model-status strong')?.textContent === name, REPO);
-  ok('the last model is loaded again after the reload', true);
+  ok('the last model is loaded again after the reload, streamed as chosen', /streamed from storage/.test(await text('#model-status')));
   ok('the examples survived the reload', JSON.stringify(await pairsOnPage()) === JSON.stringify(EXAMPLES));
   await page.waitForSelector('#session-list [data-session]');
   const sessionText = await text('#session-list');

@@ -224,7 +224,8 @@ export class MemoryChart {
     this.note.textContent =
       `Peak ${bytes(m.peak)} in this step (${tl.length} phases)` +
       (Number.isFinite(lim) ? ` · the device allows ${ibytes(this.limits.buffer)} per buffer and ${ibytes(this.limits.binding)} per binding` : '') +
-      (m.wasmBytes ? ` · wasm memory ${bytes(m.wasmBytes)}` : '');
+      (m.wasmBytes ? ` · wasm memory ${bytes(m.wasmBytes)}` : '') +
+      (m.stagedPeakBytes ? ` · at most ${bytes(m.stagedPeakBytes)} of stored weights in wasm memory at once` : '');
   }
 
   private draw(): void {

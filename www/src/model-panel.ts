@@ -124,16 +124,18 @@ function renderModels(): void {
 // ---- actions -------------------------------------------------------------------------
 
 /** Load a stored model onto the GPU with the chosen weight format. */
-export async function load(name: string, weights?: WeightFormat): Promise<boolean> {
+export async function load(name: string, weights?: WeightFormat, streamed?: boolean): Promise<boolean> {
   if (!idle()) return false;
   const w = weights ?? ($<HTMLSelectElement>('weights-select').value as WeightFormat);
+  const stream = streamed ?? $<HTMLInputElement>('stream-check').checked;
   $<HTMLSelectElement>('weights-select').value = w;
+  $<HTMLInputElement>('stream-check').checked = stream;
   showAlert(err(), null);
   $('model-status').textContent = `Loading ${name} onto the GPU…`;
   try {
-    const info = await task('load', () => serial((e) => e.loadModel(name, w)));
+    const info = await task('load', () => serial((e) => e.loadModel(name, w, { stream })));
     update({ model: info, runActive: false, stepping: false, hasAdapter: false, adapterFrom: null });
-    void saveSettings({ lastModel: { name, weights: w } });
+    void saveSettings({ lastModel: { name, weights: w, stream } });
     return true;
   } catch (e) {
     update({ model: null, runActive: false, stepping: false, hasAdapter: false, adapterFrom: null });
@@ -267,7 +269,7 @@ function renderStatus(): void {
     el.textContent = state.engine ? 'No model loaded.' : state.engineError ? 'Unavailable in this browser.' : 'Starting the engine…';
     return;
   }
-  const w = m.weights ? ` · ${m.weights} weights` : '';
+  const w = (m.weights ? ` · ${m.weights} weights` : '') + (m.streamed ? ' · streamed from storage' : '');
   el.replaceChildren(
     h('span', { class: 'dot ok', 'aria-hidden': 'true' }),
     h('strong', {}, m.name),
@@ -306,7 +308,10 @@ export async function initModelPanel(): Promise<void> {
     $<HTMLInputElement>('hub-repo').value = s.hub.repo;
     $<HTMLInputElement>('hub-rev').value = s.hub.rev;
   }
-  if (s.lastModel) $<HTMLSelectElement>('weights-select').value = s.lastModel.weights;
+  if (s.lastModel) {
+    $<HTMLSelectElement>('weights-select').value = s.lastModel.weights;
+    $<HTMLInputElement>('stream-check').checked = s.lastModel.stream ?? false;
+  }
 
   watch(() => {
     const busy = !idle();
@@ -316,6 +321,7 @@ export async function initModelPanel(): Promise<void> {
       $(id).parentElement?.classList.toggle('disabled', busy);
     }
     $<HTMLSelectElement>('weights-select').disabled = busy;
+    $<HTMLInputElement>('stream-check').disabled = busy;
     if (state.engineError) $('device-name').textContent = 'unavailable';
     renderStatus();
     renderModels();
@@ -328,6 +334,6 @@ export async function startModelPanel(): Promise<void> {
   await refreshModels();
   const s = await loadSettings();
   if (s.lastModel && stored.some((m) => m.name === s.lastModel?.name) && !state.model) {
-    await load(s.lastModel.name, s.lastModel.weights as WeightFormat);
+    await load(s.lastModel.name, s.lastModel.weights as WeightFormat, s.lastModel.stream ?? false);
   }
 }

@@ -19,7 +19,7 @@ export interface Dataset {
 
 export interface Settings {
   /** The model to load again after a reload, and its weight format. */
-  lastModel?: { name: string; weights: string };
+  lastModel?: { name: string; weights: string; stream?: boolean };
   /** The training form's fields by input id. */
   train?: Record<string, string | boolean>;
   /** The training run shown on the page (to resume after a reload). */

@@ -206,7 +206,7 @@ async function resumeSaved(s: SessionSummary): Promise<void> {
   if (!idle()) return;
   showAlert(err(), null);
   if (state.model?.name !== s.model || (s.weights && state.model.weights && state.model.weights !== s.weights)) {
-    if (!(await load(s.model, s.weights as WeightFormat))) return;
+    if (!(await load(s.model, s.weights as WeightFormat, s.streamed))) return;
   }
   if (s.step < s.totalSteps) {
     await follow(() => serial((e) => e.resume(s.id, { ...handlers, saveEvery: SAVE_EVERY })));
@@ -265,7 +265,7 @@ function renderSessions(): void {
         h('div', { class: 'item-main' },
           h('span', { class: 'item-name' }, s.id),
           h('span', { class: 'item-meta' },
-            `${s.model}${s.weights ? ` (${s.weights})` : ''} · step ${s.step} of ${s.totalSteps}` +
+            `${s.model}${s.weights ? ` (${s.weights}${s.streamed ? ', streamed' : ''})` : ''} · step ${s.step} of ${s.totalSteps}` +
               (last !== undefined ? ` · loss ${last.toFixed(3)}` : '') + (when ? ` · ${when}` : '')),
         ),
         h('div', { class: 'row-buttons' },
