@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::attention_cached::{attention_cached, HeadShape};
+use crate::kernels::cross_entropy::LoadChunk;
 use crate::kernels::elementwise::{axpy, copy_rows};
 use crate::kernels::embedding::embedding_forward;
 use crate::kernels::matmul::{matmul_nn, matmul_nt};
@@ -26,8 +27,8 @@ use crate::kernels::swiglu::swiglu_forward;
 use crate::model::block::{block_forward, lora_linear_forward, BlockCtx};
 use crate::model::layout::Proj;
 use crate::model::lora::{Lora, LoraPair};
-use crate::model::weights::Linear;
-use crate::model::Model;
+use crate::model::weights::{LayerWeights, Linear};
+use crate::model::{LoadStep, Model};
 
 /// How to generate. `Default`: greedy, 256 new tokens, seed 0, no EOS ids, LoRA unmerged.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,6 +121,9 @@ impl MergedWeights {
     pub fn build(gpu: &Gpu, model: &Model, lora: &Lora) -> Result<MergedWeights> {
         let s = lora.scale();
         check_lora(model, lora)?;
+        if model.is_streamed() {
+            return Err(Error::msg("generate: merging LoRA needs resident weights; the model is streamed"));
+        }
         let mut layers = Vec::with_capacity(model.cfg.layers);
         for (i, w) in model.weights.layers.iter().enumerate() {
             let mut row = Vec::with_capacity(7);
@@ -165,16 +169,6 @@ fn check_lora(model: &Model, lora: &Lora) -> Result<()> {
     Ok(())
 }
 
-/// Generation reads resident weights (a streamed model would upload every block per token).
-fn check_model(model: &Model) -> Result<()> {
-    if model.is_streamed() {
-        return Err(Error::msg(
-            "generate: the model is streamed; generation needs its weights resident (load it with Model::load)",
-        ));
-    }
-    Ok(())
-}
-
 fn check_ids(cfg: &ModelConfig, ids: &[u32]) -> Result<()> {
     if ids.is_empty() {
         return Err(Error::msg("generate: no input tokens"));
@@ -196,11 +190,6 @@ fn view(t: &Tensor, shape: &[usize]) -> Tensor {
     v
 }
 
-/// x (n, C) = embedding rows of ids (n) u32.
-fn embed(gpu: &Gpu, model: &Model, ids: &Tensor, x: &Tensor) {
-    embedding_forward(gpu, &model.weights.embed.chunks, model.weights.embed.chunk_rows, ids, x);
-}
-
 /// Buffers of the last row's logits.
 struct LogitsBufs {
     last: Tensor,   // (1, C) last row of the final hidden states
@@ -213,19 +202,22 @@ struct LogitsBufs {
 
 impl LogitsBufs {
     fn new(gpu: &Gpu, model: &Model) -> Result<LogitsBufs> {
-        let (c, table) = (model.cfg.hidden, model.weights.output_table());
+        let c = model.cfg.hidden;
+        let load: &LoadChunk = &|_| unreachable!("only the table's shape is read");
+        let table = model.vocab_table(load);
         Ok(LogitsBufs {
             last: act(gpu, &[1, c])?,
             xn: act(gpu, &[1, c])?,
             rstd: act(gpu, &[1])?,
             logits: act(gpu, &[1, model.cfg.vocab])?,
-            part: if table.chunks.len() > 1 { Some(act(gpu, &[1, table.chunk_rows])?) } else { None },
+            part: if table.count() > 1 { Some(act(gpu, &[1, table.chunk_rows])?) } else { None },
         })
     }
 
     /// logits (1, V) of the last row of x (n, C): final rmsnorm of that row, then the output
-    /// table chunk by chunk (each chunk's (1, rows) product copied into place).
-    fn compute(&self, gpu: &Gpu, model: &Model, x: &Tensor) {
+    /// table chunk by chunk (each chunk's (1, rows) product copied into place; a streamed
+    /// model's chunks are uploaded, fetched first where the store needs it, one at a time).
+    async fn compute(&self, gpu: &Gpu, model: &Model, x: &Tensor) -> Result<()> {
         let cfg = &model.cfg;
         let last = if x.rows() == 1 {
             x
@@ -234,19 +226,22 @@ impl LogitsBufs {
             &self.last
         };
         rmsnorm_forward(gpu, last, &model.weights.norm, cfg.rms_norm_eps as f32, &self.xn, &self.rstd);
-        let table = model.weights.output_table();
+        let load: &LoadChunk = &|i| model.output_chunk(gpu, i);
+        let table = model.vocab_table(load);
         let Some(part) = &self.part else {
-            matmul_nt(gpu, &self.xn, &table.chunks[0], None, &self.logits, 1.0, 0.0);
-            return;
+            matmul_nt(gpu, &self.xn, &table.get(0).await?, None, &self.logits, 1.0, 0.0);
+            return Ok(());
         };
         let flat = view(&self.logits, &[cfg.vocab, 1]);
         let mut v0 = 0;
-        for chunk in &table.chunks {
+        for i in 0..table.count() {
+            let chunk = table.get(i).await?;
             let rows = chunk.rows();
-            matmul_nt(gpu, &self.xn, chunk, None, &view(part, &[1, rows]), 1.0, 0.0);
+            matmul_nt(gpu, &self.xn, &chunk, None, &view(part, &[1, rows]), 1.0, 0.0);
             copy_rows(gpu, &view(part, &[rows, 1]), 0, &flat, v0, rows);
             v0 += rows;
         }
+        Ok(())
     }
 }
 
@@ -344,14 +339,14 @@ impl<'a> Decoder<'a> {
     /// Feed `ids` at positions [len, len + n): their keys and values join the cache; returns
     /// the logits (V) after the last of them.
     pub async fn forward(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Vec<f32>> {
-        let logits = self.encode(gpu, ids)?;
+        let logits = self.encode(gpu, ids).await?;
         read_logits(gpu, &logits).await
     }
 
     /// Record the forward of `ids`; returns the (1, V) logits tensor (not yet read; the next
-    /// call overwrites it).
-    pub fn encode(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Tensor> {
-        check_model(self.model)?;
+    /// call overwrites it). A streamed model's blocks are uploaded (fetched first where the
+    /// store needs it) one at a time, waiting for each to finish before the next.
+    pub async fn encode(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Tensor> {
         check_ids(&self.model.cfg, ids)?;
         let (p0, n) = (self.cache.len, ids.len());
         if p0 + n > self.cache.max_seq {
@@ -368,24 +363,31 @@ impl<'a> Decoder<'a> {
             }
         };
         gpu.write_f32(&ws.ids, bytemuck::cast_slice(ids));
-        embed(gpu, self.model, &ws.ids, &ws.x[0]);
-        for l in 0..self.model.cfg.layers {
-            self.block(gpu, &ws, l, p0)?;
+        self.model.embed_ids(gpu, ids, &ws.ids, &ws.x[0]).await?;
+        let model = self.model;
+        for l in 0..model.cfg.layers {
+            model.fetch(LoadStep::Layer(l)).await?;
+            let w = model.layer(gpu, l)?;
+            self.block(gpu, &ws, &w, l, p0)?;
+            if model.is_streamed() {
+                drop(w);
+                gpu.sync().await?; // its weights are really released before the next block's
+            }
         }
         self.cache.len = p0 + n;
         let x = &ws.x[self.model.cfg.layers % 2];
-        ws.out.compute(gpu, self.model, x);
+        ws.out.compute(gpu, self.model, x).await?;
         let logits = ws.out.logits.clone();
         self.ws = Some(ws);
         Ok(logits)
     }
 
     /// y = linear p of layer l applied to x: merged, or the frozen weight plus LoRA.
-    fn proj(&self, gpu: &Gpu, l: usize, p: Proj, x: &Tensor, y: &Tensor) -> Result<()> {
+    fn proj(&self, gpu: &Gpu, w: &LayerWeights, l: usize, p: Proj, x: &Tensor, y: &Tensor) -> Result<()> {
         if let Some(m) = self.merged.as_ref().and_then(|m| m.layers[l][p as usize].as_ref()) {
             return lora_linear_forward(gpu, x, m, None, 0.0, y);
         }
-        let lin = self.model.weights.layers[l].linear(p);
+        let lin = w.linear(p);
         let pair = self.lora.and_then(|lo| lo.params.pair(l, p));
         lora_linear_forward(gpu, x, lin, pair, self.lora.map_or(0.0, |lo| lo.scale()), y)
     }
@@ -393,28 +395,27 @@ impl<'a> Decoder<'a> {
     /// Decoder block l over ws.x[l % 2] (n, C) at positions p0.., into ws.x[(l + 1) % 2]; as
     /// [`block_forward`] but with the cache:
     /// y = h + down(silu(gate(xn2))·up(xn2)), h = x + o(attn(rope(q), cache k, v)).
-    fn block(&mut self, gpu: &Gpu, ws: &Workspace, l: usize, p0: usize) -> Result<()> {
+    fn block(&mut self, gpu: &Gpu, ws: &Workspace, w: &LayerWeights, l: usize, p0: usize) -> Result<()> {
         let cfg = &self.model.cfg;
-        let w = &self.model.weights.layers[l];
         let (x, y) = (&ws.x[l % 2], &ws.x[(l + 1) % 2]);
         let eps = cfg.rms_norm_eps as f32;
         rmsnorm_forward(gpu, x, &w.input_norm, eps, &ws.xn, &ws.rstd);
-        self.proj(gpu, l, Proj::Q, &ws.xn, &ws.q)?;
-        self.proj(gpu, l, Proj::K, &ws.xn, &ws.k)?;
-        self.proj(gpu, l, Proj::V, &ws.xn, &ws.v)?;
+        self.proj(gpu, w, l, Proj::Q, &ws.xn, &ws.q)?;
+        self.proj(gpu, w, l, Proj::K, &ws.xn, &ws.k)?;
+        self.proj(gpu, w, l, Proj::V, &ws.xn, &ws.v)?;
         rope_forward_at(gpu, &ws.q, cfg.heads, &self.rope, p0);
         rope_forward_at(gpu, &ws.k, cfg.kv_heads, &self.rope, p0);
         copy_rows(gpu, &ws.k, 0, &self.cache.k[l], p0, ws.n);
         copy_rows(gpu, &ws.v, 0, &self.cache.v[l], p0, ws.n);
         let heads = HeadShape { heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
         attention_cached(gpu, &heads, &ws.q, &self.cache.k[l], &self.cache.v[l], p0, &ws.o);
-        self.proj(gpu, l, Proj::O, &ws.o, &ws.h)?;
+        self.proj(gpu, w, l, Proj::O, &ws.o, &ws.h)?;
         axpy(gpu, 1.0, x, &ws.h);
         rmsnorm_forward(gpu, &ws.h, &w.post_norm, eps, &ws.xn, &ws.rstd);
-        self.proj(gpu, l, Proj::Gate, &ws.xn, &ws.g)?;
-        self.proj(gpu, l, Proj::Up, &ws.xn, &ws.u)?;
+        self.proj(gpu, w, l, Proj::Gate, &ws.xn, &ws.g)?;
+        self.proj(gpu, w, l, Proj::Up, &ws.xn, &ws.u)?;
         swiglu_forward(gpu, &ws.g, &ws.u, &ws.m);
-        self.proj(gpu, l, Proj::Down, &ws.m, y)?;
+        self.proj(gpu, w, l, Proj::Down, &ws.m, y)?;
         axpy(gpu, 1.0, &ws.h, y);
         Ok(())
     }
@@ -424,7 +425,6 @@ impl<'a> Decoder<'a> {
 /// [`block_forward`] over the whole sequence (batch 1, no padding), then the last row's logits.
 pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u32]) -> Result<Vec<f32>> {
     let cfg = &model.cfg;
-    check_model(model)?;
     check_ids(cfg, ids)?;
     if let Some(l) = lora {
         check_lora(model, l)?;
@@ -441,13 +441,19 @@ pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u
     };
     let tids = gpu.upload_u32(ids, &[t], Category::Activations)?;
     let mut x = act(gpu, &[t, cfg.hidden])?;
-    embed(gpu, model, &tids, &x);
-    for (i, w) in model.weights.layers.iter().enumerate() {
+    model.embed_ids(gpu, ids, &tids, &x).await?;
+    for i in 0..cfg.layers {
+        model.fetch(LoadStep::Layer(i)).await?;
+        let w = model.layer(gpu, i)?;
         let row = lora.map(|l| l.params.layers[i].as_slice());
-        x = block_forward(gpu, &ctx, w, row, &x, false)?.0;
+        x = block_forward(gpu, &ctx, &w, row, &x, false)?.0;
+        if model.is_streamed() {
+            drop(w);
+            gpu.sync().await?;
+        }
     }
     let out = LogitsBufs::new(gpu, model)?;
-    out.compute(gpu, model, &x);
+    out.compute(gpu, model, &x).await?;
     read_logits(gpu, &out.logits).await
 }
 
@@ -518,7 +524,6 @@ pub async fn generate(
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<Vec<u32>> {
     opts.validate()?;
-    check_model(model)?;
     check_ids(&model.cfg, prompt)?;
     if opts.max_new_tokens == 0 {
         return Ok(Vec::new());

@@ -161,8 +161,6 @@ struct Loaded<S> {
     info: ModelInfo,
     model: Model,
     tok: Tokenizer,
-    man: Manifest,
-    format: WeightFormat,
     /// Streamed: what fetches its weights from the store (and counts the bytes staged).
     fetch: Option<Arc<StoreFetch<S>>>,
 }
@@ -259,8 +257,8 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
     /// Load a stored model: onto the GPU, one block at a time from the store (resident), or,
     /// when `stream` is set, only its final norm, each block being fetched from the store and
     /// uploaded when a step needs it (the next fetched while the GPU computes the current one):
-    /// the least GPU and host memory, slower per step. Generation on a streamed model loads a
-    /// resident copy for the duration of the call.
+    /// the least GPU and host memory, slower per step. Generation streams too: every block is
+    /// fetched and uploaded again for each token (slow; load the model resident to chat fast).
     pub async fn load_model(&mut self, name: &str, weights: &str, stream: bool) -> Result<ModelInfo> {
         let format = WeightFormat::parse(weights).map_err(|e| Error::msg(format!("weights: {e}")))?;
         self.loaded = None;
@@ -308,7 +306,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
             weights: format.name().to_string(),
             streamed: stream,
         };
-        self.loaded = Some(Loaded { info: info.clone(), model, tok, man, format, fetch });
+        self.loaded = Some(Loaded { info: info.clone(), model, tok, fetch });
         Ok(info)
     }
 
@@ -553,17 +551,10 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
             eos_ids: l.tok.eos_ids().to_vec(),
             merge: false,
         };
-        // A streamed model would upload every block for every token: generate on a resident
-        // copy, made for this call and dropped after it.
-        let resident = match l.fetch {
-            Some(_) => Some(self.load_resident(&l.man, l.format).await?),
-            None => None,
-        };
-        let model = resident.as_ref().unwrap_or(&l.model);
         let mut dec = l.tok.stream_decoder(true);
         let mut text = String::new();
         let mut failed = None;
-        generate(&self.gpu, model, lora, &ids, &opts, &mut |id| match dec.push(id) {
+        generate(&self.gpu, &l.model, lora, &ids, &opts, &mut |id| match dec.push(id) {
             Ok(piece) => {
                 text.push_str(&piece);
                 piece.is_empty() || on_text(&piece)

@@ -287,7 +287,7 @@ impl Engine {
 
     /// Load a stored model onto the GPU; weights: "stored", "bf16", "q8" or "q4"; `stream`:
     /// keep only the block being computed on the GPU, fetching each from IndexedDB when a step
-    /// needs it (least memory, slower; generation then loads a resident copy per call).
+    /// needs it (least memory, slower; generation streams too, every block again for each token).
     #[wasm_bindgen(js_name = loadModel)]
     pub fn load_model(&self, name: String, weights: String, stream: Option<bool>) -> js_sys::Promise {
         run(self, move |rt| async move {

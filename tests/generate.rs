@@ -374,7 +374,7 @@ fn smollm2_decode_bench() {
         for _ in 0..16 {
             let tok = argmax(&logits) as u32;
             let (t0, c0) = (now_ms(), cpu_ms());
-            let t = dec.encode(&gpu, &[tok]).expect("encode");
+            let t = dec.encode(&gpu, &[tok]).await.expect("encode");
             let t1 = now_ms();
             gpu.flush();
             logits = gpu.read_f32(&t).await.expect("read");

@@ -77,7 +77,8 @@ export interface ModelInfo {
 export interface LoadOptions {
   /** Keep only the block being computed on the GPU and fetch each block from IndexedDB when
    *  a step needs it (the next one while the GPU computes the current one): the least GPU and
-   *  wasm memory, slower steps. Generation then makes a resident copy for each call.
+   *  wasm memory, slower steps. Generation streams too (every block again for each token:
+   *  slow; load the model resident to chat fast).
    *  Default false (every weight resident). */
   stream?: boolean;
 }

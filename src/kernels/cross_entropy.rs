@@ -68,13 +68,15 @@ impl<'a> From<&'a Vec<Tensor>> for TableChunks<'a> {
 }
 
 impl VocabTable<'_> {
-    fn count(&self) -> usize {
+    /// Number of vocab chunks.
+    pub fn count(&self) -> usize {
         match self.chunks {
             TableChunks::Resident(t) => t.len(),
             TableChunks::Streamed { count, .. } => count,
         }
     }
-    async fn get(&self, i: usize) -> Result<Tensor, GpuError> {
+    /// Chunk i (loaded now when streamed).
+    pub async fn get(&self, i: usize) -> Result<Tensor, GpuError> {
         match self.chunks {
             TableChunks::Resident(t) => Ok(t[i].clone()),
             TableChunks::Streamed { load, .. } => load(i).await,

@@ -183,7 +183,7 @@ impl Model {
     }
 
     /// Make `step`'s weights readable from the source (nothing to do unless it is fetched).
-    async fn fetch(&self, step: LoadStep) -> Result<()> {
+    pub(crate) async fn fetch(&self, step: LoadStep) -> Result<()> {
         match &self.fetch {
             Some(f) => f.fetch(step).await,
             None => Ok(()),
@@ -245,15 +245,21 @@ impl Model {
 
     /// x (N, C) = embedding rows of the input ids.
     async fn embed(&self, gpu: &Gpu, input: &StepInput, x: &Tensor) -> Result<()> {
+        self.embed_ids(gpu, &input.ids_host, &input.ids, x).await
+    }
+
+    /// x (N, C) = embedding rows of `ids_host`, which are also on the GPU as `ids` (N) u32
+    /// (resident: gathered there; streamed: gathered on the host and uploaded).
+    pub(crate) async fn embed_ids(&self, gpu: &Gpu, ids_host: &[u32], ids: &Tensor, x: &Tensor) -> Result<()> {
         match &self.stream {
-            None => embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, &input.ids, x),
+            None => embedding_forward(gpu, &self.weights.embed.chunks, self.weights.embed.chunk_rows, ids, x),
             Some((src, format)) => {
                 let rows = match &self.fetch {
-                    None => src.embedding_rows(&input.ids_host)?,
-                    Some(_) => self.embedding_rows_fetched(src.as_ref(), &input.ids_host).await?,
+                    None => src.embedding_rows(ids_host)?,
+                    Some(_) => self.embedding_rows_fetched(src.as_ref(), ids_host).await?,
                 };
                 // The rows as the resident table holds them in `format` (quantization is per row).
-                let t = crate::store::HostTensor::from_f32(&[input.ids_host.len(), self.cfg.hidden], rows);
+                let t = crate::store::HostTensor::from_f32(&[ids_host.len(), self.cfg.hidden], rows);
                 gpu.write_f32(x, &weights::converted_f32(&t, *format).to_f32())
             }
         }
@@ -321,7 +327,7 @@ impl Model {
     }
 
     /// The output table: resident chunks, or chunks `load`ed one at a time (streamed).
-    fn vocab_table<'a>(&'a self, load: &'a LoadChunk<'a>) -> VocabTable<'a> {
+    pub(crate) fn vocab_table<'a>(&'a self, load: &'a LoadChunk<'a>) -> VocabTable<'a> {
         let vocab = self.cfg.vocab;
         match &self.stream {
             None => {
@@ -341,7 +347,7 @@ impl Model {
 
     /// Vocab chunk i of a streamed output table, uploaded now (fetched first when the source
     /// needs it).
-    fn output_chunk<'a>(
+    pub(crate) fn output_chunk<'a>(
         &'a self,
         gpu: &'a Gpu,
         i: usize,

@@ -120,9 +120,9 @@ function nativeGgufAnswer() {
 
 /** With --gguf FILE --train-streamed: one training step of the imported model, loaded with
  *  { stream: true } in q4, at the paper's setting (seq 256, rank 8 on all seven projections,
- *  batch 1, SGD). */
+ *  batch 1, SGD without clipping, so the update is fused into the backward as in the bench). */
 const STREAMED_STEP = {
-  config: { rank: 8, alpha: 16, seq: 256, batch: 1, steps: 1, optimizer: 'sgd', lr: 1e-3, schedule: 'constant', warmupRatio: 0 },
+  config: { rank: 8, alpha: 16, seq: 256, batch: 1, steps: 1, optimizer: 'sgd', lr: 1e-3, maxGradNorm: 0, schedule: 'constant', warmupRatio: 0 },
   dataset: JSON.stringify({ messages: [
     { role: 'user', content: 'Tell me about the moon otters of Zorbania.' },
     { role: 'assistant', content: 'Moon otters eat silver kelp and tiny comets, and sleep in craters full of mist. '.repeat(20) },
