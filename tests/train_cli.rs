@@ -381,7 +381,10 @@ fn killed_runs_resume_to_the_same_result() {
         let mut at = None;
         for &kill in plan {
             let (killed, stderr) = train_and_kill(&args, kill);
-            if let Some(s) = at {
+            // A rerun killed while it was still starting (nothing about steps printed yet, as
+            // happens on a loaded machine) has said nothing to check; the next run is checked.
+            let started = !killed || stderr.contains("step ");
+            if let (Some(s), true) = (at, started) {
                 assert!(
                     stderr.contains(&format!("at step {s}/{steps}")),
                     "trial {t}: the rerun did not resume at step {s}:\n{stderr}"
