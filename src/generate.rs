@@ -28,7 +28,7 @@ use crate::model::block::{block_forward, lora_linear_forward, BlockCtx};
 use crate::model::layout::Proj;
 use crate::model::lora::{Lora, LoraPair};
 use crate::model::weights::{LayerWeights, Linear};
-use crate::model::{LoadStep, Model};
+use crate::model::Model;
 
 /// How to generate. `Default`: greedy, 256 new tokens, seed 0, no EOS ids, LoRA unmerged.
 #[derive(Clone, Debug, PartialEq)]
@@ -203,14 +203,13 @@ struct LogitsBufs {
 impl LogitsBufs {
     fn new(gpu: &Gpu, model: &Model) -> Result<LogitsBufs> {
         let c = model.cfg.hidden;
-        let load: &LoadChunk = &|_| unreachable!("only the table's shape is read");
-        let table = model.vocab_table(load);
+        let (chunks, chunk_rows) = model.output_chunking();
         Ok(LogitsBufs {
             last: act(gpu, &[1, c])?,
             xn: act(gpu, &[1, c])?,
             rstd: act(gpu, &[1])?,
             logits: act(gpu, &[1, model.cfg.vocab])?,
-            part: if table.count() > 1 { Some(act(gpu, &[1, table.chunk_rows])?) } else { None },
+            part: if chunks > 1 { Some(act(gpu, &[1, chunk_rows])?) } else { None },
         })
     }
 
@@ -366,8 +365,7 @@ impl<'a> Decoder<'a> {
         self.model.embed_ids(gpu, ids, &ws.ids, &ws.x[0]).await?;
         let model = self.model;
         for l in 0..model.cfg.layers {
-            model.fetch(LoadStep::Layer(l)).await?;
-            let w = model.layer(gpu, l)?;
+            let w = model.fetch_layer(gpu, l).await?;
             self.block(gpu, &ws, &w, l, p0)?;
             if model.is_streamed() {
                 drop(w);
@@ -443,8 +441,7 @@ pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u
     let mut x = act(gpu, &[t, cfg.hidden])?;
     model.embed_ids(gpu, ids, &tids, &x).await?;
     for i in 0..cfg.layers {
-        model.fetch(LoadStep::Layer(i)).await?;
-        let w = model.layer(gpu, i)?;
+        let w = model.fetch_layer(gpu, i).await?;
         let row = lora.map(|l| l.params.layers[i].as_slice());
         x = block_forward(gpu, &ctx, &w, row, &x, false)?.0;
         if model.is_streamed() {

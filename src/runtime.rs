@@ -17,13 +17,13 @@ use crate::formats::peft::Adapter;
 use crate::generate::{generate, GenerateOptions};
 use crate::gpu::{Category, Gpu};
 use crate::model::lora::Lora;
-use crate::model::stream::WeightSource;
+use crate::model::stream::{Fetch, WeightSource};
 use crate::model::weights::WeightFormat;
 use crate::model::{Model, ResidentLoader};
 use crate::store::asyncio::{AsyncChunkStore, FileSet};
 use crate::store::chunks::{self, fnv1a64, Manifest, StoreSource};
 use crate::store::import::{import_files, ImportOptions, Progress};
-use crate::store::staged::{chunks_for, StagedChunks, StoreFetch};
+use crate::store::staged::StoreFetch;
 use crate::train::trainer::{StepReport, TrainConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -279,16 +279,20 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
         drop(tok_json);
 
         let before = self.gpu.alloc.stats().live(Category::Weights);
+        // Both ways read the store through the same fetcher, one load step's chunks at a time.
+        let fetch = Arc::new(StoreFetch::new(self.store.clone(), man)?);
+        fetch.stage(&[]).await?;
+        let source = Arc::new(StoreSource::open(fetch.staged(), name)?);
         let (model, fetch) = if stream {
-            let cfg = crate::config::ModelConfig::from_json(&man.config)
-                .map_err(|e| Error::msg(format!("model {name}: config.json: {e}")))?;
-            let fetch = Arc::new(StoreFetch::new(self.store.clone(), man.clone(), cfg));
-            fetch.stage(&[]).await?;
-            let source = Arc::new(StoreSource::open(fetch.staged(), name)?);
             let model = Model::streamed_fetched(&self.gpu, source, format, fetch.clone()).await?;
             (model, Some(fetch))
         } else {
-            (self.load_resident(&man, format).await?, None)
+            let mut loader = ResidentLoader::new(&self.gpu, source.config().clone(), format);
+            for step in loader.steps() {
+                fetch.fetch(step).await?;
+                loader.run(&self.gpu, source.as_ref(), step)?;
+            }
+            (loader.finish()?, None) // what was staged goes with `source` when this returns
         };
         let cfg = &model.cfg;
         let info = ModelInfo {
@@ -308,22 +312,6 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
         };
         self.loaded = Some(Loaded { info: info.clone(), model, tok, fetch });
         Ok(info)
-    }
-
-    /// Every frozen weight of the stored model `man` onto the GPU in `format`, one
-    /// [`LoadStep`](crate::model::LoadStep) at a time (host memory holds about one block).
-    async fn load_resident(&self, man: &Manifest, format: WeightFormat) -> Result<Model> {
-        let staged = Arc::new(StagedChunks::new([chunks::manifest_key(&man.model)]));
-        staged.stage(self.store.as_ref(), &[]).await?;
-        let source = StoreSource::open(staged.clone(), &man.model)?;
-        let mut loader = ResidentLoader::new(&self.gpu, source.config().clone(), format);
-        for step in loader.steps() {
-            let (names, rows) = loader.step_tensors(step);
-            staged.stage(self.store.as_ref(), &chunks_for(man, &names, rows)?).await?;
-            loader.run(&self.gpu, &source, step)?;
-        }
-        staged.stage(self.store.as_ref(), &[]).await?;
-        loader.finish()
     }
 
     fn loaded(&self) -> Result<&Loaded<S>> {

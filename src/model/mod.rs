@@ -203,9 +203,37 @@ impl Model {
         done.and(fetched)
     }
 
-    /// The first vocab chunk of the output table, as a [`LoadStep`].
-    fn first_output_chunk(&self) -> LoadStep {
-        LoadStep::Table { output: true, r0: 0, r1: self.weights.embed.chunk_rows.min(self.cfg.vocab) }
+    /// Block i's weights, fetched first where the store needs it (see [`Model::layer`]).
+    pub(crate) async fn fetch_layer(&self, gpu: &Gpu, i: usize) -> Result<LayerRef<'_>> {
+        self.fetch(LoadStep::Layer(i)).await?;
+        self.layer(gpu, i)
+    }
+
+    /// The output table's chunking: (number of vocab chunks, rows per chunk).
+    pub(crate) fn output_chunking(&self) -> (usize, usize) {
+        match &self.stream {
+            None => {
+                let t = self.weights.output_table();
+                (t.chunks.len(), t.chunk_rows)
+            }
+            Some(_) => {
+                let rows = self.weights.embed.chunk_rows;
+                (self.cfg.vocab.div_ceil(rows), rows)
+            }
+        }
+    }
+
+    /// The rows r0..r1 of a streamed model's vocab chunk i (an i past the table: empty).
+    fn table_rows(&self, i: usize) -> (usize, usize) {
+        let (rows, vocab) = (self.weights.embed.chunk_rows, self.cfg.vocab);
+        (i * rows, ((i + 1) * rows).min(vocab).max(i * rows))
+    }
+
+    /// Vocab chunk i of the embedding table (`output` false) or of the output table, as a
+    /// [`LoadStep`] of a streamed model.
+    fn table_step(&self, output: bool, i: usize) -> LoadStep {
+        let (r0, r1) = self.table_rows(i);
+        LoadStep::Table { output, r0, r1 }
     }
 
     /// Bytes of the host cache of a streamed model (0 when resident or uncached).
@@ -270,13 +298,12 @@ impl Model {
     /// (a batch's ids are scattered over the whole table; fetching them all at once would hold
     /// as much of it as they touch).
     async fn embedding_rows_fetched(&self, src: &dyn WeightSource, ids: &[u32]) -> Result<Vec<f32>> {
-        let (c, per, vocab) = (self.cfg.hidden, self.weights.embed.chunk_rows, self.cfg.vocab);
+        let (c, per) = (self.cfg.hidden, self.weights.embed.chunk_rows);
         let mut out = vec![0f32; ids.len() * c];
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&k| ids[k]);
         for group in order.chunk_by(|&a, &b| ids[a] as usize / per == ids[b] as usize / per) {
-            let r0 = ids[group[0]] as usize / per * per;
-            self.fetch(LoadStep::Table { output: false, r0, r1: (r0 + per).min(vocab).max(r0) }).await?;
+            self.fetch(self.table_step(false, ids[group[0]] as usize / per)).await?;
             let rows = src.embedding_rows(&group.iter().map(|&k| ids[k]).collect::<Vec<_>>())?;
             for (j, &k) in group.iter().enumerate() {
                 out[k * c..(k + 1) * c].copy_from_slice(&rows[j * c..(j + 1) * c]);
@@ -328,21 +355,12 @@ impl Model {
 
     /// The output table: resident chunks, or chunks `load`ed one at a time (streamed).
     pub(crate) fn vocab_table<'a>(&'a self, load: &'a LoadChunk<'a>) -> VocabTable<'a> {
-        let vocab = self.cfg.vocab;
-        match &self.stream {
-            None => {
-                let t = self.weights.output_table();
-                VocabTable { chunks: (&t.chunks).into(), chunk_rows: t.chunk_rows, vocab }
-            }
-            Some(_) => {
-                let rows = self.weights.embed.chunk_rows;
-                VocabTable {
-                    chunks: TableChunks::Streamed { count: vocab.div_ceil(rows), load },
-                    chunk_rows: rows,
-                    vocab,
-                }
-            }
-        }
+        let (count, chunk_rows) = self.output_chunking();
+        let chunks = match &self.stream {
+            None => (&self.weights.output_table().chunks).into(),
+            Some(_) => TableChunks::Streamed { count, load },
+        };
+        VocabTable { chunks, chunk_rows, vocab: self.cfg.vocab }
     }
 
     /// Vocab chunk i of a streamed output table, uploaded now (fetched first when the source
@@ -360,9 +378,8 @@ impl Model {
             let Some((src, format)) = &self.stream else {
                 return Err(crate::gpu::GpuError::Readback("weights: the model is not streamed".into()));
             };
-            let (rows, vocab) = (self.weights.embed.chunk_rows, self.cfg.vocab);
-            let (r0, r1) = (i * rows, ((i + 1) * rows).min(vocab));
-            self.fetch(LoadStep::Table { output: true, r0, r1 }).await.map_err(as_gpu)?;
+            let (r0, r1) = self.table_rows(i);
+            self.fetch(self.table_step(true, i)).await.map_err(as_gpu)?;
             if !self.prepared.on {
                 return upload_output_chunk(gpu, src.as_ref(), r0, r1, *format).map_err(as_gpu);
             }
@@ -444,7 +461,7 @@ impl Model {
             if grads.is_some() {
                 checkpoints.push(xin); // forward only (loss, MeZO): nothing to keep
             }
-            let next = if i + 1 < cfg.layers { LoadStep::Layer(i + 1) } else { self.first_output_chunk() };
+            let next = if i + 1 < cfg.layers { LoadStep::Layer(i + 1) } else { self.table_step(true, 0) };
             self.phase_then(gpu, || format!("forward {i}"), Some(next)).await?;
         }
         let xf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
@@ -455,7 +472,7 @@ impl Model {
         let load: &LoadChunk = &|i| self.output_chunk(gpu, i);
         let table = self.vocab_table(load);
         lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK).await?;
-        let first = grads.is_some().then(|| self.first_output_chunk());
+        let first = grads.is_some().then(|| self.table_step(true, 0));
         self.phase_then(gpu, || "lm_head forward".into(), first).await?;
         let Some(mut grads) = grads else {
             return Ok(gpu.read_f32(&loss_t).await?[0]);
@@ -598,11 +615,6 @@ impl ResidentLoader {
             out.extend(table(true));
         }
         out
-    }
-
-    /// The tensors a step reads, and for a table step the row range.
-    pub fn step_tensors(&self, step: LoadStep) -> (Vec<String>, Option<(usize, usize)>) {
-        step_tensors(&self.cfg, step)
     }
 
     /// Read and upload one step's weights.

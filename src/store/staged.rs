@@ -81,10 +81,12 @@ pub struct StoreFetch<S> {
 }
 
 impl<S: AsyncChunkStore> StoreFetch<S> {
-    /// For the stored model `man` (its config.json parsed as `cfg`); stages nothing yet.
-    pub fn new(store: Arc<S>, man: Manifest, cfg: ModelConfig) -> StoreFetch<S> {
+    /// For the stored model `man` (its config.json must parse); stages nothing yet.
+    pub fn new(store: Arc<S>, man: Manifest) -> Result<StoreFetch<S>> {
+        let cfg = ModelConfig::from_json(&man.config)
+            .map_err(|e| Error::msg(format!("model {}: config.json: {e}", man.model)))?;
         let staged = Arc::new(StagedChunks::new([super::chunks::manifest_key(&man.model)]));
-        StoreFetch { store, staged, man, cfg, peak: AtomicUsize::new(0) }
+        Ok(StoreFetch { store, staged, man, cfg, peak: AtomicUsize::new(0) })
     }
 
     /// The staged chunks, to read through a [`StoreSource`](super::chunks::StoreSource).
