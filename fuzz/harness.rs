@@ -15,13 +15,15 @@
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
-use webtune::config::ModelConfig;
+use webtune::base::config::ModelConfig;
+use webtune::base::host::{HostData, HostTensor};
 use webtune::data::{load_jsonl, Message, Tokenizer};
 use webtune::formats::batch::Batch;
+use webtune::formats::checkpoint::Checkpoint;
 use webtune::formats::gguf::{gguf_to_hf_files, Gguf};
 use webtune::formats::peft::Adapter;
-use webtune::store::chunks::{manifest_key, read_manifest, ChunkStore, MemoryStore, StoreSource};
-use webtune::store::{encode_safetensors, Checkpoint, HostData, HostTensor};
+use webtune::formats::safetensors::encode_safetensors;
+use webtune::store::{manifest_key, read_manifest, ChunkStore, MemoryStore, StoreSource};
 
 /// A target's body: whether its first parser accepted the input.
 pub type Body = fn(&[u8]) -> bool;
@@ -91,7 +93,7 @@ fn exercise(ckpt: &Checkpoint) {
             assert!(n <= MAX_READ_ELEMENTS * 64, "{name}: {n} elements read from a small input");
         }
     }
-    let _ = webtune::model::layout::validate(ckpt);
+    let _ = webtune::formats::checkpoint::validate(ckpt);
 }
 
 /// model.safetensors of a single-file model (config.json fixed).
@@ -136,7 +138,7 @@ pub fn gguf(data: &[u8]) -> bool {
 pub fn config_json(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else { return false };
     let Ok(cfg) = ModelConfig::from_json(text) else { return false };
-    let _ = webtune::model::layout::expected_tensors(&cfg);
+    let _ = webtune::base::names::expected_tensors(&cfg);
     true
 }
 
@@ -209,7 +211,7 @@ fn mini_store() -> MemoryStore {
     files.insert("config.json".to_string(), mini_config_json().into_bytes());
     files.insert("model.safetensors".to_string(), mini_safetensors());
     let ckpt = Checkpoint::from_files(files).expect("the mini model loads");
-    webtune::store::chunks::import_checkpoint(&store, "m", &ckpt, 256).expect("imports");
+    webtune::import::import_checkpoint(&store, "m", &ckpt, 256).expect("imports");
     store
 }
 
@@ -242,7 +244,7 @@ fn f32_tensor(shape: &[usize], seed: u32) -> HostTensor {
 
 /// A valid model.safetensors for [`mini_config_json`].
 pub fn mini_safetensors() -> Vec<u8> {
-    let tensors: Vec<(String, HostTensor)> = webtune::model::layout::expected_tensors(&mini_config())
+    let tensors: Vec<(String, HostTensor)> = webtune::base::names::expected_tensors(&mini_config())
         .into_iter()
         .enumerate()
         .map(|(i, (name, shape))| (name, f32_tensor(&shape, i as u32)))
@@ -256,11 +258,11 @@ pub fn mini_safetensors() -> Vec<u8> {
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let st = mini_safetensors();
     let names: Vec<String> =
-        webtune::model::layout::expected_tensors(&mini_config()).into_iter().map(|(n, _)| n).collect();
+        webtune::base::names::expected_tensors(&mini_config()).into_iter().map(|(n, _)| n).collect();
     let weight_map: serde_json::Map<String, serde_json::Value> =
         names.iter().map(|n| (n.clone(), "model-00001-of-00001.safetensors".into())).collect();
     let index = serde_json::json!({"metadata": {"total_size": st.len()}, "weight_map": weight_map}).to_string();
-    let adapter = Adapter::new_init(&mini_config(), 2, 4.0, &webtune::model::layout::Proj::all(), 1);
+    let adapter = Adapter::new_init(&mini_config(), 2, 4.0, &webtune::base::names::Proj::all(), 1);
     let tok_config = serde_json::json!({
         "bos_token": null, "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
         "chat_template": MINI_TEMPLATE, "model_max_length": 64

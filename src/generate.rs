@@ -12,8 +12,9 @@
 //! - [`sample`]: greedy, or temperature → top-k → top-p (transformers' order) with a seeded
 //!   SplitMix64, on the host from the logits read back each step.
 
-use crate::config::ModelConfig;
-use crate::error::{Error, Result};
+use crate::base::config::ModelConfig;
+use crate::base::error::{Error, Result};
+use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::attention_cached::{attention_cached, HeadShape};
@@ -25,7 +26,6 @@ use crate::kernels::rmsnorm::rmsnorm_forward;
 use crate::kernels::rope::{rope_forward_at, rope_table, RopeTable};
 use crate::kernels::swiglu::swiglu_forward;
 use crate::model::block::{block_forward, lora_linear_forward, BlockCtx};
-use crate::model::layout::Proj;
 use crate::model::lora::{Lora, LoraPair};
 use crate::model::weights::{LayerWeights, Linear};
 use crate::model::Model;
@@ -455,7 +455,7 @@ pub async fn logits_last(gpu: &Gpu, model: &Model, lora: Option<&Lora>, ids: &[u
 }
 
 /// The sampler's generator (kept under its old name).
-pub use crate::rng::Rng as SplitMix64;
+pub use crate::base::rng::Rng as SplitMix64;
 
 /// The first index of the largest value.
 pub fn argmax(logits: &[f32]) -> usize {

@@ -9,30 +9,101 @@
 //! is current and its checksum) and two checkpoint slots `sessions/<id>/checkpoint-0|1`,
 //! written alternately; state.json is written last, so an interrupted save leaves the
 //! previous checkpoint current.
+//!
+//! The values the app sees and sends (the structs below, and those they hold from other
+//! modules) derive `ts_rs::TS` in test builds: their TypeScript in npm/src/generated/ is made
+//! from them, and the test in runtime/ts_types.rs fails when it falls behind.
 
+use crate::base::bytes::fnv1a64;
+use crate::base::error::{Error, Result};
 use crate::data::dataset::load_jsonl;
 use crate::data::tokenizer::{Message, Tokenizer};
-use crate::error::{Error, Result};
 use crate::formats::peft::Adapter;
 use crate::generate::{generate, GenerateOptions};
 use crate::gpu::{Category, Gpu};
+use crate::import::files::FileSet;
+use crate::import::{import_files, ImportOptions, Progress};
 use crate::model::lora::Lora;
-use crate::model::stream::{Fetch, WeightSource};
+use crate::model::source::{Fetch, WeightSource};
 use crate::model::weights::WeightFormat;
 use crate::model::{Model, ResidentLoader};
-use crate::store::asyncio::{AsyncChunkStore, FileSet};
-use crate::store::chunks::{self, fnv1a64, Manifest, StoreSource};
-use crate::store::import::{import_files, ImportOptions, Progress};
 use crate::store::staged::StoreFetch;
+use crate::store::{self, AsyncChunkStore, Manifest, StoreSource};
 use crate::train::trainer::{StepReport, TrainConfig, Trainer};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod ts_types;
 
 /// Key prefix of training sessions; no model may be called this.
 pub const SESSIONS: &str = "sessions";
 
+/// The adapter and what it granted, as the app is told (`gpu::DeviceInfo` in camelCase, the
+/// limits apart).
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceInfo {
+    pub adapter: String,
+    pub backend: String,
+    pub limits: DeviceLimits,
+    pub shader_f16: bool,
+    pub subgroups: bool,
+}
+
+/// The device's limits that the engine plans its buffers and kernels by, with WebGPU's names.
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceLimits {
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+}
+
+impl From<&crate::gpu::DeviceInfo> for DeviceInfo {
+    fn from(i: &crate::gpu::DeviceInfo) -> DeviceInfo {
+        DeviceInfo {
+            adapter: i.adapter.clone(),
+            backend: i.backend.clone(),
+            limits: DeviceLimits {
+                max_buffer_size: i.max_buffer_size,
+                max_storage_buffer_binding_size: i.max_storage_buffer_binding_size,
+                max_storage_buffers_per_shader_stage: i.max_storage_buffers_per_shader_stage,
+                max_compute_workgroup_storage_size: i.max_compute_workgroup_storage_size,
+                max_compute_invocations_per_workgroup: i.max_compute_invocations_per_workgroup,
+            },
+            shader_f16: i.shader_f16,
+            subgroups: i.subgroups,
+        }
+    }
+}
+
+/// A complete model in the store (listed, or just imported).
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct StoredModel {
+    pub name: String,
+    /// Bytes of its stored chunks.
+    pub bytes: u64,
+}
+
+/// The origin's storage: `navigator.storage.estimate()` and `persisted()`.
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct StorageInfo {
+    pub usage: u64,
+    pub quota: u64,
+    pub persisted: bool,
+}
+
 /// What the app is told about a loaded model.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
     pub name: String,
@@ -44,42 +115,51 @@ pub struct ModelInfo {
     pub intermediate: usize,
     pub vocab: usize,
     pub parameters: usize,
-    /// Bytes of frozen weights on the GPU.
+    /// Bytes of frozen weights on the GPU (a streamed model: only the final norm at rest).
     pub weight_bytes: u64,
     pub chat_template: bool,
     /// "stored", "bf16", "q8" or "q4"
     pub weights: String,
-    /// Blocks fetched from the store when a step needs them (see [`Runtime::load_model`]).
+    /// Loaded streamed: each block is fetched from the store when a step needs it (see
+    /// `Runtime::load_model`).
     pub streamed: bool,
 }
 
-/// A training run as the app sees it.
+/// A training run as the app sees it, as started or resumed.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     pub session_id: String,
     pub model: String,
     pub total_steps: u32,
+    /// Steps done (0 for a new run).
     pub step: u32,
     pub examples: usize,
+    /// Whether the optimizer update is fused into the backward pass.
     pub fused: bool,
+    /// The loss of every step done.
     pub losses: Vec<f32>,
     pub warnings: Vec<String>,
 }
 
-/// GPU memory by category: live and peak bytes.
+/// GPU bytes of one category: now, and the highest since the last step began.
 #[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Bytes {
     pub live: u64,
     pub peak: u64,
 }
 
-/// The memory accounting, for the page's graph.
+/// The GPU memory accounting (every buffer the engine allocates is counted), for the page's graph.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryReport {
     pub live: u64,
     pub peak: u64,
+    /// By category name: weights, lora, grads, optimizer, checkpoints, activations, scratch,
+    /// staging.
     pub categories: std::collections::BTreeMap<&'static str, Bytes>,
     /// One sample per phase of the last step (empty outside training).
     pub timeline: Vec<crate::gpu::alloc::Sample>,
@@ -92,8 +172,9 @@ pub struct MemoryReport {
     pub max_storage_buffer_binding_size: u64,
 }
 
-/// One step, with the memory it used.
+/// One optimizer step, with the memory it used.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct StepInfo {
     pub step: u32,
@@ -104,13 +185,14 @@ pub struct StepInfo {
     pub ms: f64,
     pub tokens_per_sec: f64,
     pub memory: MemoryReport,
-    /// The loss or the gradients were not finite: nothing was updated (see
-    /// [`crate::train::trainer::Trainer::step`]).
+    /// The loss or the gradients were not finite (NaN or infinite): nothing was updated and
+    /// `step` did not advance. Three in a row stop the run with an error (see `Trainer::step`).
     pub skipped: bool,
 }
 
 /// A stored session as listed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
     pub id: String,
@@ -138,16 +220,23 @@ struct SessionState {
     fnv1a64: String,
 }
 
-/// How to generate (JSON from the app; camelCase).
-#[derive(Clone, Debug, Deserialize)]
+/// How to generate, as the app asks (camelCase; missing fields take the defaults, unknown ones
+/// are ignored: see `generate_request_from_app`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", default)]
 pub struct GenerateRequest {
+    /// Default 128.
     pub max_new_tokens: usize,
+    /// 0 (the default) is greedy.
     pub temperature: f32,
+    /// 0 (the default): no top-k cut.
     pub top_k: usize,
+    /// Default 1 (no top-p cut).
     pub top_p: f32,
+    /// Seed of the sampling. Default 0.
     pub seed: u64,
-    /// Use the adapter (trained or imported) if there is one.
+    /// Use the trained or imported adapter, if there is one (default true).
     pub adapter: bool,
 }
 
@@ -155,6 +244,92 @@ impl Default for GenerateRequest {
     fn default() -> Self {
         GenerateRequest { max_new_tokens: 128, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, adapter: true }
     }
+}
+
+// ---- values from the app --------------------------------------------------------------
+// The app sends plain objects (JS values, read as JSON). A bad one is refused with a message
+// that names the field at fault, for the app to show.
+
+/// `given` as `T`. serde's own errors name a missing or unknown field but not one of the wrong
+/// type, so that one is found by reading each given field alone over `template` (a valid
+/// value) and named.
+pub fn from_app<T: Serialize + DeserializeOwned>(
+    template: &T,
+    given: serde_json::Value,
+) -> std::result::Result<T, String> {
+    serde_json::from_value::<T>(given.clone()).map_err(|e| {
+        let (Ok(serde_json::Value::Object(base)), serde_json::Value::Object(fields)) =
+            (serde_json::to_value(template), &given)
+        else {
+            return e.to_string();
+        };
+        for (k, v) in fields.iter().filter(|(k, _)| base.contains_key(*k)) {
+            let mut one = base.clone();
+            one.insert(k.clone(), v.clone());
+            if let Err(e) = serde_json::from_value::<T>(serde_json::Value::Object(one)) {
+                return format!("field {k:?}: {e}");
+            }
+        }
+        e.to_string()
+    })
+}
+
+/// What kind of JSON value `v` is, for an error message.
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// A [`TrainConfig`] from the app: the fields given over the defaults (null: all defaults); a
+/// field TrainConfig does not have is refused.
+pub fn train_config_from_app(given: serde_json::Value) -> std::result::Result<TrainConfig, String> {
+    let defaults = TrainConfig::default();
+    let mut fields = match serde_json::to_value(&defaults) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => return Err("the defaults are not an object".into()),
+    };
+    let given = match given {
+        serde_json::Value::Null => serde_json::Map::new(),
+        serde_json::Value::Object(m) => m,
+        other => return Err(format!("must be an object, not {}", json_kind(&other))),
+    };
+    for (k, v) in given {
+        if !fields.contains_key(&k) {
+            let known: Vec<&str> = fields.keys().map(String::as_str).collect();
+            return Err(format!("unknown field {k:?} (known: {})", known.join(", ")));
+        }
+        fields.insert(k, v);
+    }
+    from_app(&defaults, serde_json::Value::Object(fields))
+}
+
+/// [`GenerateRequest`] from the app: missing fields (or all, for null) take the defaults;
+/// fields it does not have are ignored.
+pub fn generate_request_from_app(given: serde_json::Value) -> std::result::Result<GenerateRequest, String> {
+    match given {
+        serde_json::Value::Null => Ok(GenerateRequest::default()),
+        v @ serde_json::Value::Object(_) => from_app(&GenerateRequest::default(), v),
+        other => Err(format!("must be an object, not {}", json_kind(&other))),
+    }
+}
+
+/// A chat from the app: `[{role, content}, …]`. The error starts with where it is:
+/// `messages: …` or `messages[i]: …` (and names the field).
+pub fn messages_from_app(given: serde_json::Value) -> std::result::Result<Vec<Message>, String> {
+    let serde_json::Value::Array(list) = given else {
+        return Err(format!("messages: must be an array of {{role, content}}, not {}", json_kind(&given)));
+    };
+    let template = Message::new("user", "");
+    list.into_iter()
+        .enumerate()
+        .map(|(i, m)| from_app(&template, m).map_err(|e| format!("messages[{i}]: {e}")))
+        .collect()
 }
 
 struct Loaded<S> {
@@ -218,13 +393,13 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
 
     /// Complete models and their bytes.
     pub async fn list_models(&self) -> Result<Vec<(String, u64)>> {
-        chunks::list_models_async(self.store.as_ref()).await
+        store::list_models_async(self.store.as_ref()).await
     }
 
     /// Imports that stopped before their end (a closed tab, a lost connection, a full disk):
     /// importing the same files under the same name again resumes them.
-    pub async fn partial_imports(&self) -> Result<Vec<crate::store::import::PartialImport>> {
-        crate::store::import::partial_imports_async(self.store.as_ref()).await
+    pub async fn partial_imports(&self) -> Result<Vec<crate::import::PartialImport>> {
+        crate::import::partial_imports_async(self.store.as_ref()).await
     }
 
     pub async fn delete_model(&mut self, name: &str) -> Result<()> {
@@ -232,7 +407,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
             self.loaded = None;
             self.run = None;
         }
-        chunks::delete_model_async(self.store.as_ref(), name).await
+        store::delete_model_async(self.store.as_ref(), name).await
     }
 
     /// Import (or resume importing) a model from `files`. `free_bytes` is the storage still
@@ -264,8 +439,8 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
         self.loaded = None;
         self.run = None;
         self.adapter = None;
-        let man = chunks::read_manifest_async(self.store.as_ref(), name).await?;
-        let file = |n: &'static str| chunks::read_model_file(self.store.as_ref(), &man, n);
+        let man = store::read_manifest_async(self.store.as_ref(), name).await?;
+        let file = |n: &'static str| store::read_model_file(self.store.as_ref(), &man, n);
         let tok_json = file("tokenizer.json")
             .await?
             .ok_or_else(|| Error::msg(format!("model {name}: tokenizer.json is not stored with it")))?;
@@ -304,7 +479,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
             kv_heads: cfg.kv_heads,
             intermediate: cfg.intermediate,
             vocab: cfg.vocab,
-            parameters: crate::model::layout::param_count(cfg),
+            parameters: crate::base::names::param_count(cfg),
             weight_bytes: self.gpu.alloc.stats().live(Category::Weights) - before,
             chat_template: tok.has_chat_template(),
             weights: format.name().to_string(),
@@ -414,7 +589,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
                 step: r.trainer.state.step,
                 total_steps: r.trainer.state.total_steps,
                 losses: r.trainer.state.losses.clone(),
-                updated: wall_ms(),
+                updated: crate::platform::wall_ms(),
             },
             config: r.config.clone(),
             dataset: r.dataset.clone(),
@@ -567,7 +742,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
             peak: s.peak_total,
             categories: Category::ALL.iter().map(|&c| (c.name(), Bytes { live: s.live(c), peak: s.peak(c) })).collect(),
             timeline: self.gpu.alloc.timeline(),
-            wasm_bytes: crate::gpu::platform::wasm_memory_bytes().unwrap_or(0),
+            wasm_bytes: crate::platform::wasm_memory_bytes().unwrap_or(0),
             staged_peak_bytes: self.loaded.as_ref().and_then(|l| l.fetch.as_ref()).map_or(0, |f| f.peak_bytes() as u64),
             max_buffer_size: self.gpu.info.max_buffer_size,
             max_storage_buffer_binding_size: self.gpu.info.max_storage_buffer_binding_size,
@@ -575,14 +750,46 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
     }
 }
 
-/// Wall-clock milliseconds since the epoch.
-fn wall_ms() -> f64 {
-    #[cfg(target_arch = "wasm32")]
-    {
-        js_sys::Date::now()
+#[cfg(test)]
+mod app_value_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn train_config_takes_defaults_and_names_the_field_at_fault() {
+        let cfg = train_config_from_app(json!({"rank": 8, "steps": 3, "schedule": "constant"})).expect("valid");
+        assert_eq!((cfg.rank, cfg.steps, cfg.schedule.as_str()), (8, Some(3), "constant"));
+        assert_eq!(cfg.alpha, TrainConfig::default().alpha, "a missing field keeps its default");
+        assert_eq!(train_config_from_app(json!(null)).expect("null"), TrainConfig::default());
+
+        let e = train_config_from_app(json!({"rank": 8, "lr": "fast"})).expect_err("a string lr");
+        assert!(e.starts_with("field \"lr\": invalid type: string"), "{e}");
+        let e = train_config_from_app(json!({"saveEvery": 5})).expect_err("camelCase");
+        assert!(e.starts_with("unknown field \"saveEvery\" (known: "), "{e}");
+        let e = train_config_from_app(json!("{\"rank\": 8}")).expect_err("a JSON string");
+        assert_eq!(e, "must be an object, not a string");
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+
+    #[test]
+    fn generate_request_takes_defaults_ignores_unknown_and_names_the_field_at_fault() {
+        let r = generate_request_from_app(json!({"maxNewTokens": 5, "signal": {}})).expect("valid");
+        assert_eq!((r.max_new_tokens, r.top_p, r.adapter), (5, 1.0, true));
+        assert_eq!(generate_request_from_app(json!(null)).expect("null").max_new_tokens, 128);
+        let e = generate_request_from_app(json!({"topK": -1})).expect_err("a negative top-k");
+        assert!(e.starts_with("field \"topK\": invalid value: integer `-1`"), "{e}");
+        assert_eq!(generate_request_from_app(json!([])).expect_err("an array"), "must be an object, not an array");
+    }
+
+    #[test]
+    fn messages_name_the_message_and_the_field_at_fault() {
+        let m = messages_from_app(json!([{"role": "user", "content": "hi"}])).expect("valid");
+        assert_eq!(m, [Message::new("user", "hi")]);
+        let e =
+            messages_from_app(json!([{"role": "user", "content": "hi"}, {"role": "user"}])).expect_err("no content");
+        assert_eq!(e, "messages[1]: missing field `content`");
+        let e = messages_from_app(json!([{"role": 3, "content": "hi"}])).expect_err("a number role");
+        assert!(e.starts_with("messages[0]: field \"role\": invalid type: integer `3`"), "{e}");
+        let e = messages_from_app(json!({"role": "user"})).expect_err("not an array");
+        assert_eq!(e, "messages: must be an array of {role, content}, not an object");
     }
 }

@@ -3,18 +3,21 @@
 //! runs it in a Web Worker). Every failure becomes a JS `Error` whose `name` says what
 //! kind it is (NoWebGPU, Quota, BadInput, NotFound, Busy, Device, Error) and whose
 //! `message` a person can read.
+//!
+//! Values cross as plain JS objects, read and written through JSON: what the app sends
+//! (a TrainConfig, generate options, messages) is checked by `runtime::*_from_app`, and what it
+//! gets back is one of the runtime's structs, whose TypeScript npm/src/generated/ holds.
 
 // Each call holds its RefCell borrow across its awaits on purpose: `run` refuses a call
 // ("Busy") while another holds the runtime mutably, so a borrow never panics.
 #![allow(clippy::await_holding_refcell_ref)]
 
-use crate::error::Error;
+use crate::base::error::Error;
 use crate::gpu::Gpu;
-use crate::runtime::{GenerateRequest, Runtime};
-use crate::store::asyncio::FileSet;
+use crate::import::files::FileSet;
+use crate::import::web::{BlobFiles, HttpFiles};
+use crate::runtime::{self, DeviceInfo, Runtime, StorageInfo, StoredModel};
 use crate::store::idb::{self, IdbStore};
-use crate::store::web_files::{BlobFiles, HttpFiles};
-use crate::train::trainer::TrainConfig;
 use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -34,7 +37,7 @@ fn kind(e: &Error) -> &'static str {
     match e {
         Error::Gpu(crate::gpu::GpuError::OverBudget { .. }) => "Budget",
         Error::Gpu(_) => "Device",
-        Error::Store(_) | Error::Config(_) | Error::Peft(_) | Error::Batch(_) | Error::Gguf(_) => "BadInput",
+        Error::Checkpoint(_) | Error::Config(_) | Error::Peft(_) | Error::Batch(_) | Error::Gguf(_) => "BadInput",
         Error::Msg(_) if text.contains("quota") => "Quota",
         Error::Msg(_) if text.contains("not found") || text.contains("no manifest") => "NotFound",
         Error::Msg(_) => "Error",
@@ -53,6 +56,20 @@ fn bad_input(what: &str, e: impl std::fmt::Display) -> JsValue {
 fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsValue> {
     let text = serde_json::to_string(v).map_err(|e| js_error("Error", &e.to_string()))?;
     js_sys::JSON::parse(&text)
+}
+
+/// A JS value from the app as JSON (through JSON.stringify, so undefined members drop out);
+/// undefined and null are null. `what` names it in the error.
+fn from_js(what: &str, v: &JsValue) -> Result<serde_json::Value, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(serde_json::Value::Null);
+    }
+    let text = js_sys::JSON::stringify(v).map_err(|e| {
+        let why = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message()));
+        bad_input(what, why.as_deref().unwrap_or("not representable as JSON"))
+    })?;
+    let text = JsValue::from(text).as_string().ok_or_else(|| bad_input(what, "not representable as JSON"))?;
+    serde_json::from_str(&text).map_err(|e| bad_input(what, e))
 }
 
 fn busy() -> JsValue {
@@ -160,7 +177,6 @@ impl Engine {
         self.device.borrow().destroy();
     }
 
-    /// The adapter, its backend, the granted limits and the optional features.
     /// Limit the GPU memory the engine may hold at once to `bytes` (null or undefined: no
     /// limit but the device's). An allocation past it fails with a "Budget" error.
     #[wasm_bindgen(js_name = setMemoryBudget)]
@@ -175,23 +191,11 @@ impl Engine {
         }
     }
 
+    /// The adapter, its backend, the granted limits and the optional features.
     #[wasm_bindgen(js_name = deviceInfo)]
     pub fn device_info(&self) -> Result<JsValue, JsValue> {
         let rt = self.rt.try_borrow().map_err(|_| busy())?;
-        let i = &rt.gpu.info;
-        to_js(&serde_json::json!({
-            "adapter": i.adapter,
-            "backend": i.backend,
-            "limits": {
-                "maxBufferSize": i.max_buffer_size,
-                "maxStorageBufferBindingSize": i.max_storage_buffer_binding_size,
-                "maxStorageBuffersPerShaderStage": i.max_storage_buffers_per_shader_stage,
-                "maxComputeWorkgroupStorageSize": i.max_compute_workgroup_storage_size,
-                "maxComputeInvocationsPerWorkgroup": i.max_compute_invocations_per_workgroup,
-            },
-            "shaderF16": i.shader_f16,
-            "subgroups": i.subgroups,
-        }))
+        to_js(&DeviceInfo::from(&rt.gpu.info))
     }
 
     /// [{name, bytes}] of the complete stored models.
@@ -200,7 +204,7 @@ impl Engine {
         run(self, |rt| async move {
             let rt = rt.borrow();
             let list = rt.list_models().await.map_err(err)?;
-            let v: Vec<_> = list.iter().map(|(n, b)| serde_json::json!({"name": n, "bytes": b})).collect();
+            let v: Vec<_> = list.into_iter().map(|(name, bytes)| StoredModel { name, bytes }).collect();
             to_js(&v)
         })
     }
@@ -211,9 +215,7 @@ impl Engine {
     pub fn list_imports(&self) -> js_sys::Promise {
         run(self, |rt| async move {
             let list = rt.borrow().partial_imports().await.map_err(err)?;
-            let v: Vec<_> =
-                list.iter().map(|p| serde_json::json!({"name": p.model, "bytes": p.done, "total": p.total})).collect();
-            to_js(&v)
+            to_js(&list)
         })
     }
 
@@ -230,7 +232,7 @@ impl Engine {
         future_to_promise(async move {
             let (usage, quota) = idb::storage_estimate().await.map_err(err)?;
             let persisted = idb::persisted().await.unwrap_or(false);
-            to_js(&serde_json::json!({"usage": usage, "quota": quota, "persisted": persisted}))
+            to_js(&StorageInfo { usage, quota, persisted })
         })
     }
 
@@ -250,8 +252,8 @@ impl Engine {
             let files = HttpFiles { base: format!("{}/{repo}/resolve/{revision}", base.trim_end_matches('/')) };
             let rt = rt.borrow();
             let man = rt.import(&name, &files, free, &mut |p| report(&on_progress, &p)).await.map_err(err)?;
-            let bytes: usize = man.chunks.iter().map(|c| c.bytes).sum();
-            to_js(&serde_json::json!({"name": name, "bytes": bytes}))
+            let bytes = man.chunks.iter().map(|c| c.bytes as u64).sum();
+            to_js(&StoredModel { name, bytes })
         })
     }
 
@@ -263,7 +265,7 @@ impl Engine {
             let free = free_bytes().await;
             let blobs = BlobFiles::from_files(&files).map_err(err)?;
             let rt = rt.borrow();
-            let mut progress = |p: crate::store::import::Progress| report(&on_progress, &p);
+            let mut progress = |p: crate::import::Progress| report(&on_progress, &p);
             let gguf = files
                 .iter()
                 .filter_map(|f| f.dyn_into::<web_sys::File>().ok())
@@ -274,14 +276,13 @@ impl Engine {
                     // Streamed: the metadata from the file's start, model.safetensors converted
                     // range by range as the importer reads it (store/gguf_files.rs).
                     let src = blobs.open(&gguf).await.map_err(err)?.ok_or_else(|| bad_input(&gguf, "unreadable"))?;
-                    let files =
-                        crate::store::gguf_files::GgufFiles::open(src).await.map_err(|e| bad_input(&gguf, e))?;
+                    let files = crate::import::gguf::GgufFiles::open(src).await.map_err(|e| bad_input(&gguf, e))?;
                     rt.import(&name, &files, free, &mut progress).await.map_err(err)?
                 }
                 None => rt.import(&name, &blobs, free, &mut progress).await.map_err(err)?,
             };
-            let bytes: usize = man.chunks.iter().map(|c| c.bytes).sum();
-            to_js(&serde_json::json!({"name": name, "bytes": bytes}))
+            let bytes = man.chunks.iter().map(|c| c.bytes as u64).sum();
+            to_js(&StoredModel { name, bytes })
         })
     }
 
@@ -302,12 +303,14 @@ impl Engine {
         self.rt.try_borrow().map_err(|_| busy())?.example_tokens(prompt, response).map_err(err)
     }
 
-    /// Start a training run on the loaded model (config: TrainConfig JSON, missing fields take
-    /// the defaults; dataset: JSONL).
+    /// Start a training run on the loaded model (config: a TrainConfig object, snake_case; missing
+    /// fields, or all when it is null or undefined, take the defaults; dataset: JSONL).
     #[wasm_bindgen(js_name = startTraining)]
-    pub fn start_training(&self, session_id: String, config: String, dataset: String) -> js_sys::Promise {
+    pub fn start_training(&self, session_id: String, config: JsValue, dataset: String) -> js_sys::Promise {
+        let config = from_js("train config", &config)
+            .and_then(|v| runtime::train_config_from_app(v).map_err(|e| bad_input("train config", e)));
         run(self, move |rt| async move {
-            let cfg = parse_config(&config)?;
+            let cfg = config?;
             let info = rt.borrow_mut().start_training(&session_id, cfg, &dataset).await.map_err(err)?;
             to_js(&info)
         })
@@ -380,18 +383,16 @@ impl Engine {
         })
     }
 
-    /// Answer a chat (messages: JSON [{role, content}]; options: JSON {maxNewTokens,
-    /// temperature, topK, topP, seed, adapter}); onToken(text) gets each new piece and returns
-    /// false to stop.
-    pub fn generate(&self, messages: String, options: String, on_token: js_sys::Function) -> js_sys::Promise {
+    /// Answer a chat (messages: [{role, content}]; options: {maxNewTokens, temperature, topK,
+    /// topP, seed, adapter}, each optional, or null/undefined for the defaults); onToken(text)
+    /// gets each new piece and returns false to stop.
+    pub fn generate(&self, messages: JsValue, options: JsValue, on_token: js_sys::Function) -> js_sys::Promise {
+        let msgs = from_js("messages", &messages)
+            .and_then(|v| runtime::messages_from_app(v).map_err(|e| js_error("BadInput", &e)));
+        let req = from_js("generate options", &options)
+            .and_then(|v| runtime::generate_request_from_app(v).map_err(|e| bad_input("generate options", e)));
         run(self, move |rt| async move {
-            let msgs: Vec<crate::data::tokenizer::Message> =
-                serde_json::from_str(&messages).map_err(|e| bad_input("messages", e))?;
-            let req: GenerateRequest = if options.trim().is_empty() {
-                GenerateRequest::default()
-            } else {
-                serde_json::from_str(&options).map_err(|e| bad_input("generate options", e))?
-            };
+            let (msgs, req) = (msgs?, req?);
             let rt = rt.borrow();
             let text = rt
                 .generate(&msgs, &req, &mut |piece| {
@@ -410,20 +411,4 @@ impl Engine {
     pub fn memory(&self) -> Result<JsValue, JsValue> {
         to_js(&self.rt.try_borrow().map_err(|_| busy())?.memory())
     }
-}
-
-/// TrainConfig from JSON, with defaults for missing fields.
-fn parse_config(text: &str) -> Result<TrainConfig, JsValue> {
-    let mut base = serde_json::to_value(TrainConfig::default()).map_err(|e| bad_input("train config", e))?;
-    let given: serde_json::Value = serde_json::from_str(text).map_err(|e| bad_input("train config", e))?;
-    let (Some(b), Some(g)) = (base.as_object_mut(), given.as_object()) else {
-        return Err(bad_input("train config", "must be a JSON object"));
-    };
-    for (k, v) in g {
-        if !b.contains_key(k) {
-            return Err(bad_input("train config", format!("unknown field {k:?}")));
-        }
-        b.insert(k.clone(), v.clone());
-    }
-    serde_json::from_value(base).map_err(|e| bad_input("train config", e))
 }

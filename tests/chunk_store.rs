@@ -8,54 +8,29 @@
 
 mod common;
 
+use common::{both, fixtures, test};
 use std::sync::{Arc, Mutex};
+use webtune::base::names::{self, Proj};
 use webtune::formats::batch::Batch;
-use webtune::formats::peft::Adapter;
+use webtune::formats::checkpoint::Checkpoint;
 use webtune::gpu::Category;
-use webtune::model::layout::{self, Proj};
+use webtune::import::import_checkpoint;
 use webtune::model::lora::{read_set, Lora};
-use webtune::model::stream::{CheckpointSource, WeightSource};
+use webtune::model::source::{CheckpointSource, WeightSource};
 use webtune::model::weights::WeightFormat;
 use webtune::model::Model;
-use webtune::store::chunks::{
-    delete_model, import_checkpoint, list_models, manifest_key, ChunkStore, MemoryStore, StoreSource,
-};
-use webtune::store::Checkpoint;
-
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-macro_rules! both {
-    ($name:ident, $body:expr) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            webtune::gpu::platform::block_on($body)
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body.await
-        }
-    };
-}
+use webtune::store::{delete_model, list_models, manifest_key, ChunkStore, MemoryStore, StoreSource};
 
 /// The llama-bias fixture (f32, vocab 67, C 44, 3 layers, biases); `tie` rewrites its config
 /// to tied embeddings (lm_head.weight then is an extra tensor, stored but unused).
 fn llama_bias(tie: bool) -> Checkpoint {
-    let config = include_str!("fixtures/llama-bias/config.json");
-    let config = if tie {
-        config.replace("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true")
-    } else {
-        config.into()
-    };
-    let files = [
-        ("config.json", config.into_bytes()),
-        ("model.safetensors", include_bytes!("fixtures/llama-bias/model.safetensors").to_vec()),
-    ];
-    let ckpt = Checkpoint::from_files(files.into_iter().map(|(k, v)| (k.to_string(), v)).collect()).expect("opens");
+    let mut files = fixtures::llama_bias().files();
+    if tie {
+        let config = String::from_utf8(files["config.json"].clone()).expect("config.json is UTF-8");
+        let config = config.replace("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+        files.insert("config.json".to_string(), config.into_bytes());
+    }
+    let ckpt = Checkpoint::from_files(files).expect("opens");
     assert_eq!(ckpt.config().tie_word_embeddings, tie);
     ckpt
 }
@@ -70,7 +45,7 @@ fn models() -> Vec<(&'static str, Checkpoint, usize)> {
     vec![("bias", llama_bias(false), 1000), ("bias-tied", llama_bias(true), 1000), ("tiny", tiny_bf16(), 100_000)]
 }
 
-fn err<T>(r: webtune::error::Result<T>) -> String {
+fn err<T>(r: webtune::base::error::Result<T>) -> String {
     match r {
         Ok(_) => panic!("expected an error"),
         Err(e) => e.to_string(),
@@ -115,7 +90,7 @@ fn round_trip_memory() {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn round_trip_dir() {
-    use webtune::store::chunks::DirStore;
+    use webtune::store::DirStore;
     let dir = common::TempDir::new("chunks");
     let store = Arc::new(DirStore::new(dir.join("store")));
     round_trip(store.clone());
@@ -130,7 +105,7 @@ fn corrupt_or_missing_chunk_is_named() {
     let store = Arc::new(MemoryStore::new());
     let ckpt = llama_bias(false);
     let man = import_checkpoint(store.as_ref(), "m", &ckpt, 1000).expect("imports");
-    let q1 = layout::proj_weight_key(1, Proj::Q);
+    let q1 = names::proj_weight_key(1, Proj::Q);
     let key = man.tensors.iter().find(|t| t.name == q1).expect("q1 stored").pieces[0].chunk.clone();
     let mut bytes = store.get(&key).expect("get");
     bytes[17] ^= 0x40;
@@ -139,10 +114,7 @@ fn corrupt_or_missing_chunk_is_named() {
     let e = err(src.tensor(&q1));
     assert!(e.contains(&key) && e.contains("corrupt"), "{e}");
     assert!(err(src.layer(1)).contains(&key));
-    assert_eq!(
-        src.layer(0).expect("layer 0 reads").input_norm,
-        ckpt.tensor(&layout::input_norm_key(0)).expect("reads")
-    );
+    assert_eq!(src.layer(0).expect("layer 0 reads").input_norm, ckpt.tensor(&names::input_norm_key(0)).expect("reads"));
     store.delete(&key).expect("delete");
     let e = err(src.tensor(&q1));
     assert!(e.contains(&key) && e.contains("not found"), "{e}");
@@ -196,17 +168,17 @@ fn store_source_streams_the_same_weights() {
 struct Counting(MemoryStore, Mutex<Vec<String>>);
 
 impl ChunkStore for Counting {
-    fn put(&self, key: &str, bytes: &[u8]) -> webtune::error::Result<()> {
+    fn put(&self, key: &str, bytes: &[u8]) -> webtune::base::error::Result<()> {
         self.0.put(key, bytes)
     }
-    fn get(&self, key: &str) -> webtune::error::Result<Vec<u8>> {
+    fn get(&self, key: &str) -> webtune::base::error::Result<Vec<u8>> {
         self.1.lock().expect("lock").push(key.to_string());
         self.0.get(key)
     }
-    fn delete(&self, key: &str) -> webtune::error::Result<()> {
+    fn delete(&self, key: &str) -> webtune::base::error::Result<()> {
         self.0.delete(key)
     }
-    fn keys(&self, prefix: &str) -> webtune::error::Result<Vec<String>> {
+    fn keys(&self, prefix: &str) -> webtune::base::error::Result<Vec<String>> {
         self.0.keys(prefix)
     }
 }
@@ -216,7 +188,7 @@ fn rows_read_only_their_chunks() {
     let store = Arc::new(Counting(MemoryStore::new(), Mutex::new(Vec::new())));
     let man = import_checkpoint(store.as_ref(), "tiny", &tiny_bf16(), 100_000).expect("imports");
     let embed = &man.tensors[0];
-    assert!(embed.name == layout::EMBED_KEY && embed.pieces.len() > 60, "{} pieces", embed.pieces.len());
+    assert!(embed.name == names::EMBED_KEY && embed.pieces.len() > 60, "{} pieces", embed.pieces.len());
     let src = StoreSource::open(store.clone(), "tiny").expect("opens");
     let reads = |f: &dyn Fn()| {
         store.1.lock().expect("lock").clear();
@@ -235,14 +207,11 @@ async fn loss_and_grads(
     gpu: &webtune::gpu::Gpu,
     src: Arc<dyn WeightSource>,
 ) -> (f32, Vec<(String, Vec<usize>, Vec<f32>)>) {
-    let adapter = Adapter::from_files(
-        include_bytes!("fixtures/llama-bias/adapter/adapter_config.json"),
-        include_bytes!("fixtures/llama-bias/adapter/adapter_model.safetensors"),
-    )
-    .expect("the llama-bias adapter opens");
+    let fixture = fixtures::llama_bias();
+    let adapter = fixture.adapter();
     let model = Model::streamed(gpu, src, WeightFormat::Stored).expect("streamed model");
     let lora = Lora::from_adapter(gpu, &model.cfg, &adapter).expect("lora");
-    let batch = Batch::from_json(include_str!("fixtures/llama-bias/batch.json"), model.cfg.vocab).expect("batch");
+    let batch = Batch::from_json(fixture.batch, model.cfg.vocab).expect("batch");
     let input = model.prepare(gpu, &batch).expect("input");
     let grads = lora.zeros_like(gpu, Category::Grads).expect("grads");
     let loss = model.loss_and_grads(gpu, &lora, Some(&grads), &input).await.expect("loss and grads");

@@ -40,16 +40,16 @@ fn seeds_are_accepted() {
     let mut files = std::collections::HashMap::new();
     files.insert("config.json".to_string(), cfg.into_bytes());
     files.insert("model.safetensors".to_string(), st);
-    let ckpt = webtune::store::Checkpoint::from_files(files).expect("the safetensors seed loads");
-    webtune::model::layout::validate(&ckpt).expect("the safetensors seed is a whole model");
+    let ckpt = webtune::formats::checkpoint::Checkpoint::from_files(files).expect("the safetensors seed loads");
+    webtune::formats::checkpoint::validate(&ckpt).expect("the safetensors seed is a whole model");
     let gguf_seeds = files_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/gguf"));
     assert!(!gguf_seeds.is_empty(), "fuzz/seeds/gguf holds the GGUF seeds");
     for p in gguf_seeds {
         let bytes = std::fs::read(&p).expect("reads a seed");
         let files = webtune::formats::gguf::gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..]))
             .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        let ckpt = webtune::store::Checkpoint::from_files(files).expect("the converted seed loads");
-        webtune::model::layout::validate(&ckpt).expect("the converted seed is a whole model");
+        let ckpt = webtune::formats::checkpoint::Checkpoint::from_files(files).expect("the converted seed loads");
+        webtune::formats::checkpoint::validate(&ckpt).expect("the converted seed is a whole model");
     }
 }
 

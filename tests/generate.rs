@@ -12,56 +12,15 @@
 //! With `.cache/models/smollm2-135m-instruct/` and tests/fixtures/smollm2/greedy.json, the ignored
 //! `smollm2_greedy_matches_transformers` compares greedy ids with transformers' (native only).
 
-use std::collections::HashMap;
+mod common;
+
+use common::both;
+use common::fixtures::{llama_bias, llama_tiny, qwen2_tiny, Fixture};
 use webtune::formats::batch::Batch;
-use webtune::formats::peft::Adapter;
 use webtune::generate::{argmax, generate, logits_last, Decoder, GenerateOptions};
 use webtune::gpu::Gpu;
 use webtune::model::lora::Lora;
 use webtune::model::Model;
-use webtune::store::Checkpoint;
-
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-struct Fixture {
-    name: &'static str,
-    model_files: Vec<(&'static str, &'static [u8])>,
-    adapter_config: &'static [u8],
-    adapter: &'static [u8],
-    batch: &'static str,
-}
-
-macro_rules! fixture {
-    ($name:literal, [$($file:literal),+]) => {
-        Fixture {
-            name: $name,
-            model_files: vec![$(($file, include_bytes!(concat!("fixtures/", $name, "/", $file)) as &[u8])),+],
-            adapter_config: include_bytes!(concat!("fixtures/", $name, "/adapter/adapter_config.json")),
-            adapter: include_bytes!(concat!("fixtures/", $name, "/adapter/adapter_model.safetensors")),
-            batch: include_str!(concat!("fixtures/", $name, "/batch.json")),
-        }
-    };
-}
-
-fn qwen2_tiny() -> Fixture {
-    fixture!("qwen2-tiny", ["config.json", "model.safetensors"])
-}
-fn llama_tiny() -> Fixture {
-    fixture!(
-        "llama-tiny",
-        [
-            "config.json",
-            "model.safetensors.index.json",
-            "model-00001-of-00003.safetensors",
-            "model-00002-of-00003.safetensors",
-            "model-00003-of-00003.safetensors"
-        ]
-    )
-}
-fn llama_bias() -> Fixture {
-    fixture!("llama-bias", ["config.json", "model.safetensors"])
-}
 
 struct Loaded {
     gpu: Gpu,
@@ -73,10 +32,9 @@ struct Loaded {
 
 async fn load(f: &Fixture) -> Loaded {
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
-    let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let ckpt = f.checkpoint();
     let model = Model::load(&gpu, &ckpt).unwrap_or_else(|e| panic!("{}: {e}", f.name));
-    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let adapter = f.adapter();
     let lora = Lora::from_adapter(&gpu, &model.cfg, &adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
     let batch = Batch::from_json(f.batch, model.cfg.vocab).unwrap_or_else(|e| panic!("{}: {e}", f.name));
     let row = batch.input_ids[2 * batch.seq..3 * batch.seq].to_vec();
@@ -233,21 +191,6 @@ async fn logits_match_training_loss(f: Fixture) {
     assert!(e <= 1e-5, "{}: {nll} vs training loss {loss}: relative difference {e:.3e}", f.name);
 }
 
-macro_rules! both {
-    ($name:ident, $body:expr) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            webtune::gpu::platform::block_on($body)
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body.await
-        }
-    };
-}
-
 both!(qwen2_tiny_cached_matches_uncached, cached_matches_uncached(qwen2_tiny()));
 both!(llama_tiny_cached_matches_uncached, cached_matches_uncached(llama_tiny()));
 both!(llama_bias_cached_matches_uncached, cached_matches_uncached(llama_bias()));
@@ -270,8 +213,10 @@ both!(llama_bias_logits_match_training_loss, logits_match_training_loss(llama_bi
 #[test]
 #[ignore]
 fn smollm2_greedy_matches_transformers() {
-    use webtune::gpu::platform::{block_on, now_ms};
-    use webtune::model::layout::Proj;
+    use webtune::base::names::Proj;
+    use webtune::formats::checkpoint::Checkpoint;
+    use webtune::formats::peft::Adapter;
+    use webtune::platform::{block_on, now_ms};
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join(".cache/models/smollm2-135m-instruct");
     let text = std::fs::read_to_string(root.join("tests/fixtures/smollm2/greedy.json")).expect("greedy.json");
@@ -353,7 +298,8 @@ fn smollm2_greedy_matches_transformers() {
 #[test]
 #[ignore]
 fn smollm2_decode_bench() {
-    use webtune::gpu::platform::{block_on, now_ms};
+    use webtune::formats::checkpoint::Checkpoint;
+    use webtune::platform::{block_on, now_ms};
     let cpu_ms = || -> f64 {
         let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
         dir.filter_map(|e| e.ok())

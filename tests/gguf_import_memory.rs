@@ -8,12 +8,12 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use webtune::error::Result;
-use webtune::store::asyncio::DirFiles;
-use webtune::store::asyncio::FileSet;
-use webtune::store::chunks::ChunkStore;
-use webtune::store::gguf_files::GgufFiles;
-use webtune::store::import::{import_files, ImportOptions};
+use webtune::base::error::Result;
+use webtune::import::files::DirFiles;
+use webtune::import::files::FileSet;
+use webtune::import::gguf::GgufFiles;
+use webtune::import::{import_files, ImportOptions};
+use webtune::store::ChunkStore;
 
 /// The system allocator, counting live and peak bytes.
 struct Counting;
@@ -80,7 +80,7 @@ impl ChunkStore for Sink {
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         let small = self.small.lock().expect("lock");
-        small.get(key).cloned().ok_or_else(|| webtune::error::Error::msg(format!("{key}: not kept")))
+        small.get(key).cloned().ok_or_else(|| webtune::base::error::Error::msg(format!("{key}: not kept")))
     }
     fn delete(&self, key: &str) -> Result<()> {
         let mut small = self.small.lock().expect("lock");
@@ -101,7 +101,7 @@ fn importing_a_1gb_gguf_peaks_under_64_mib() {
     let dir = std::env::temp_dir().join(format!("webtune-gguf-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("model.gguf");
-    let cfg = webtune::config::ModelConfig::preset("qwen2.5-0.5b").expect("preset");
+    let cfg = webtune::base::config::ModelConfig::preset("qwen2.5-0.5b").expect("preset");
     let mut w = std::io::BufWriter::new(std::fs::File::create(&path).expect("creates the GGUF"));
     let size = webtune::formats::gguf::write_random_model(&cfg, 1, &mut w).expect("writes the GGUF");
     drop(w);
@@ -109,14 +109,14 @@ fn importing_a_1gb_gguf_peaks_under_64_mib() {
     let base = LIVE.load(Relaxed);
     PEAK.store(base, Relaxed);
     let run = || {
-        let src = webtune::gpu::platform::block_on(DirFiles { dir: dir.clone() }.open("model.gguf"))?
-            .expect("the GGUF is there");
-        let files = webtune::gpu::platform::block_on(GgufFiles::open(src))?;
+        let src =
+            webtune::platform::block_on(DirFiles { dir: dir.clone() }.open("model.gguf"))?.expect("the GGUF is there");
+        let files = webtune::platform::block_on(GgufFiles::open(src))?;
         let opened = PEAK.load(Relaxed) - base;
         let sink = Sink::default();
         let man =
-            webtune::gpu::platform::block_on(import_files(&sink, "m", &files, &ImportOptions::default(), &mut |_| {}))?;
-        Ok::<_, webtune::error::Error>((opened, man, sink.bytes.load(Relaxed)))
+            webtune::platform::block_on(import_files(&sink, "m", &files, &ImportOptions::default(), &mut |_| {}))?;
+        Ok::<_, webtune::base::error::Error>((opened, man, sink.bytes.load(Relaxed)))
     };
     let result = run();
     let peak = PEAK.load(Relaxed) - base;

@@ -13,14 +13,17 @@
 //! with transformers' top-5 values there.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
+use common::{CHAT_TEMPLATE, TOKENIZER_CONFIG, TOKENIZER_JSON};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use webtune::data::{Message, Tokenizer};
+use webtune::formats::checkpoint::Checkpoint;
 use webtune::formats::gguf::import_gguf_to_dir;
 use webtune::generate::logits_last;
-use webtune::gpu::platform::block_on;
 use webtune::model::Model;
-use webtune::store::Checkpoint;
+use webtune::platform::block_on;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -81,13 +84,8 @@ fn smollm2_gguf_import_matches_transformers() {
     // The tokenizer: chat renders and plain strings give the same ids; specials and template agree.
     let tok = Tokenizer::from_checkpoint(&ours).expect("our tokenizer");
     let ref_tok = Tokenizer::from_checkpoint(&theirs).expect("reference tokenizer");
-    let fixture = Tokenizer::from_files(
-        include_bytes!("fixtures/tokenizers/smollm2/tokenizer.json"),
-        Some(include_bytes!("fixtures/tokenizers/smollm2/tokenizer_config.json")),
-        None,
-        Some(include_bytes!("fixtures/tokenizers/smollm2/chat_template.jinja")),
-    )
-    .expect("fixture tokenizer");
+    let fixture = Tokenizer::from_files(TOKENIZER_JSON, Some(TOKENIZER_CONFIG), None, Some(CHAT_TEMPLATE))
+        .expect("fixture tokenizer");
     assert_eq!((tok.bos_token(), tok.eos_token()), (ref_tok.bos_token(), ref_tok.eos_token()));
     assert_eq!(
         (tok.eos_ids(), tok.pad_id(), tok.vocab_size()),

@@ -10,55 +10,13 @@
 //! expected-q4.safetensors (scripts/make-q4-fixture.py: the same float64 PyTorch + PEFT
 //! reference, on the weights `webtune dequantize --weights q4` writes), resident and streamed.
 
+mod common;
+
+use common::fixtures::{llama_bias, llama_tiny, qwen2_tiny, Fixture};
+use common::{both, IN_BROWSER};
 use std::collections::HashMap;
-use webtune::formats::peft::Adapter;
 use webtune::gpu::Gpu;
-use webtune::grad::{compute_grads, GradResult};
-use webtune::store::Checkpoint;
-
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-struct Fixture {
-    name: &'static str,
-    model_files: Vec<(&'static str, &'static [u8])>,
-    adapter_config: &'static [u8],
-    adapter: &'static [u8],
-    batch: &'static str,
-    expected: &'static [u8],
-}
-
-macro_rules! fixture {
-    ($name:literal, [$($file:literal),+]) => {
-        Fixture {
-            name: $name,
-            model_files: vec![$(($file, include_bytes!(concat!("fixtures/", $name, "/", $file)) as &[u8])),+],
-            adapter_config: include_bytes!(concat!("fixtures/", $name, "/adapter/adapter_config.json")),
-            adapter: include_bytes!(concat!("fixtures/", $name, "/adapter/adapter_model.safetensors")),
-            batch: include_str!(concat!("fixtures/", $name, "/batch.json")),
-            expected: include_bytes!(concat!("fixtures/", $name, "/expected.safetensors")),
-        }
-    };
-}
-
-fn qwen2_tiny() -> Fixture {
-    fixture!("qwen2-tiny", ["config.json", "model.safetensors"])
-}
-fn llama_tiny() -> Fixture {
-    fixture!(
-        "llama-tiny",
-        [
-            "config.json",
-            "model.safetensors.index.json",
-            "model-00001-of-00003.safetensors",
-            "model-00002-of-00003.safetensors",
-            "model-00003-of-00003.safetensors"
-        ]
-    )
-}
-fn llama_bias() -> Fixture {
-    fixture!("llama-bias", ["config.json", "model.safetensors"])
-}
+use webtune::train::grad::{compute_grads, GradResult};
 
 /// The float64 reference: loss and every gradient tensor by key.
 fn expected(f: &Fixture) -> HashMap<String, Vec<f64>> {
@@ -83,9 +41,7 @@ fn rel(a: &[f32], b: &[f64]) -> f64 {
 }
 
 async fn run(gpu: &Gpu, f: &Fixture) -> GradResult {
-    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
-    let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{}: {e}", f.name));
-    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     compute_grads(gpu, &ckpt, &adapter, f.batch).await.unwrap_or_else(|e| panic!("{}: {e}", f.name))
 }
 
@@ -124,11 +80,21 @@ fn native_loss(name: &str) -> Option<f32> {
         .and_then(|(_, v)| v.parse().ok())
 }
 
+/// Every product variant this device can run (`kernels::matmul::candidates`) must match the
+/// reference; the register-blocked one (first) gives the loss compared across runtimes.
 async fn check_fixture(f: Fixture) {
+    use webtune::kernels::matmul::{candidates, Variant, CHOICE};
     let gpu = webtune::kernels::testutil::test_gpu().await;
+    for v in candidates(&gpu).into_iter().skip(1) {
+        gpu.set_choice(CHOICE, Some(v.name()));
+        println!("{}: with {}", f.name, v.name());
+        check(&f, &run(&gpu, &f).await);
+    }
+    gpu.set_choice(CHOICE, None);
+    assert_eq!(Variant::of(&gpu), Variant::Blocked);
     let got = run(&gpu, &f).await;
     check(&f, &got);
-    if cfg!(target_arch = "wasm32") {
+    if IN_BROWSER {
         if let Some(native) = native_loss(f.name) {
             let e = ((got.loss - native) / native).abs();
             println!("{}: browser loss {} native {} relative difference {e:.3e}", f.name, got.loss, native);
@@ -140,34 +106,17 @@ async fn check_fixture(f: Fixture) {
     }
 }
 
-macro_rules! both {
-    ($name:ident, $body:expr) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            webtune::gpu::platform::block_on($body)
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body.await
-        }
-    };
-}
-
 /// MeBP and full keep more memory but must give the MeSP gradients (within 1e-5), and their
 /// peaks must be ordered full ≥ MeBP ≥ MeSP.
 async fn modes_agree(f: Fixture) {
     use webtune::model::block::Mode;
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
-    let ckpt = Checkpoint::from_files(files).unwrap();
-    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap();
+    let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     let mut peaks = Vec::new();
     let mut base: Option<GradResult> = None;
     for mode in [Mode::Mesp, Mode::Mebp, Mode::Full] {
         gpu.alloc.reset_peaks();
-        let r = webtune::grad::compute_grads_mode(&gpu, &ckpt, &adapter, f.batch, mode).await.unwrap();
+        let r = webtune::train::grad::compute_grads_mode(&gpu, &ckpt, &adapter, f.batch, mode).await.unwrap();
         peaks.push(gpu.alloc.stats().peak_total);
         if let Some(b) = &base {
             let e = ((r.loss - b.loss) / b.loss).abs();
@@ -189,11 +138,9 @@ async fn modes_agree(f: Fixture) {
 /// Streamed weights (one block on the GPU at a time, embedding gathered on the host, the output
 /// table uploaded chunk by chunk) give the resident result, and keep fewer weight bytes live.
 async fn streamed_equals_resident(f: Fixture) {
-    use webtune::grad::{compute_grads_with, GradOptions};
+    use webtune::train::grad::{compute_grads_with, GradOptions};
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
-    let ckpt = Checkpoint::from_files(files).unwrap();
-    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap();
+    let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     let mut out = Vec::new();
     for stream in [false, true] {
         gpu.alloc.reset_peaks();
@@ -211,20 +158,13 @@ async fn streamed_equals_resident(f: Fixture) {
     assert!(wb < wa, "{}: streaming must keep fewer weight bytes ({wb} vs {wa})", f.name);
 }
 
-/// The q4 reference of a fixture: expected-q4.safetensors beside its expected.safetensors.
-macro_rules! expected_q4 {
-    ($name:literal) => {
-        include_bytes!(concat!("fixtures/", $name, "/expected-q4.safetensors")) as &[u8]
-    };
-}
-
 /// Gradients of the q4-quantized model, resident and streamed, against the float64 PyTorch + PEFT
 /// reference on the dequantized weights (expected-q4.safetensors). That reference must lie far
 /// (well beyond the tolerance) from the unquantized one, so ignoring the format would fail.
-async fn check_q4(f: Fixture, expected_q4: &[u8], stream: bool) {
-    use webtune::grad::{compute_grads_with, GradOptions};
+async fn check_q4(f: Fixture, stream: bool) {
     use webtune::model::weights::WeightFormat;
-    let want = reference(expected_q4);
+    use webtune::train::grad::{compute_grads_with, GradOptions};
+    let want = reference(f.expected_q4.unwrap_or_else(|| panic!("{}: no expected-q4.safetensors", f.name)));
     let plain = expected(&f);
     assert_eq!(want.len(), plain.len(), "{}: expected-q4 and expected hold different tensors", f.name);
     let loss_diff = ((want["loss"][0] - plain["loss"][0]) / plain["loss"][0]).abs();
@@ -237,16 +177,14 @@ async fn check_q4(f: Fixture, expected_q4: &[u8], stream: bool) {
     }
 
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let files: HashMap<String, Vec<u8>> = f.model_files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();
-    let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{}: {e}", f.name));
-    let adapter = Adapter::from_files(f.adapter_config, f.adapter).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     let opts = GradOptions { weights: WeightFormat::Q4, stream, ..Default::default() };
     let got =
         compute_grads_with(&gpu, &ckpt, &adapter, f.batch, &opts).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
     print!("q4 {}: ", if stream { "streamed" } else { "resident" });
     check_against(&f, &want, &got);
     let name = format!("{}-q4{}", f.name, if stream { "-streamed" } else { "" });
-    if cfg!(target_arch = "wasm32") {
+    if IN_BROWSER {
         if let Some(native) = native_loss(&name) {
             let e = ((got.loss - native) / native).abs();
             println!("{name}: browser loss {} native {} relative difference {e:.3e}", got.loss, native);
@@ -257,10 +195,10 @@ async fn check_q4(f: Fixture, expected_q4: &[u8], stream: bool) {
     }
 }
 
-both!(llama_bias_q4_resident_matches_pytorch, check_q4(llama_bias(), expected_q4!("llama-bias"), false));
-both!(llama_bias_q4_streamed_matches_pytorch, check_q4(llama_bias(), expected_q4!("llama-bias"), true));
-both!(qwen2_tiny_q4_resident_matches_pytorch, check_q4(qwen2_tiny(), expected_q4!("qwen2-tiny"), false));
-both!(qwen2_tiny_q4_streamed_matches_pytorch, check_q4(qwen2_tiny(), expected_q4!("qwen2-tiny"), true));
+both!(llama_bias_q4_resident_matches_pytorch, check_q4(llama_bias(), false));
+both!(llama_bias_q4_streamed_matches_pytorch, check_q4(llama_bias(), true));
+both!(qwen2_tiny_q4_resident_matches_pytorch, check_q4(qwen2_tiny(), false));
+both!(qwen2_tiny_q4_streamed_matches_pytorch, check_q4(qwen2_tiny(), true));
 both!(streamed_weights_equal_resident_untied, streamed_equals_resident(qwen2_tiny()));
 both!(streamed_weights_equal_resident_tied, streamed_equals_resident(llama_tiny()));
 both!(modes_give_the_same_gradients, modes_agree(llama_bias()));

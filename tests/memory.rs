@@ -8,57 +8,20 @@
 
 mod common;
 
-use common::{chat_line, tiny_model_files};
+use common::{both, chat_line, fixtures, log, tiny_model_files, IN_BROWSER};
 use webtune::data::dataset::{load_jsonl, Example};
 use webtune::data::tokenizer::Tokenizer;
+use webtune::formats::checkpoint::Checkpoint;
 use webtune::formats::peft::Adapter;
 use webtune::gpu::Category;
-use webtune::grad::{compute_grads_with, GradOptions};
 use webtune::model::block::Mode;
 use webtune::model::Model;
-use webtune::store::Checkpoint;
+use webtune::train::grad::{compute_grads_with, GradOptions};
 use webtune::train::trainer::{TrainConfig, Trainer};
 
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-macro_rules! both {
-    ($name:ident, $body:expr) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            webtune::gpu::platform::block_on($body)
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body.await
-        }
-    };
-}
-
-macro_rules! log {
-    ($($t:tt)*) => {{
-        #[cfg(target_arch = "wasm32")]
-        wasm_bindgen_test::console_log!($($t)*);
-        #[cfg(not(target_arch = "wasm32"))]
-        println!($($t)*);
-    }};
-}
-
 fn llama_bias() -> (Checkpoint, Adapter, &'static str) {
-    let files = [
-        ("config.json", include_bytes!("fixtures/llama-bias/config.json") as &[u8]),
-        ("model.safetensors", include_bytes!("fixtures/llama-bias/model.safetensors")),
-    ];
-    let ckpt = Checkpoint::from_files(files.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect())
-        .expect("the llama-bias fixture opens");
-    let adapter = Adapter::from_files(
-        include_bytes!("fixtures/llama-bias/adapter/adapter_config.json"),
-        include_bytes!("fixtures/llama-bias/adapter/adapter_model.safetensors"),
-    )
-    .expect("the llama-bias adapter opens");
-    (ckpt, adapter, include_str!("fixtures/llama-bias/batch.json"))
+    let f = fixtures::llama_bias();
+    (f.checkpoint(), f.adapter(), f.batch)
 }
 
 fn max_rel(a: &[f32], b: &[f32]) -> f64 {
@@ -157,14 +120,14 @@ async fn fused_update_same_training() {
 both!(fused_update_gives_the_same_training, fused_update_same_training());
 
 /// Steps of the no-growth test: 200 natively; fewer in the browser, where SwiftShader is slower.
-const GROWTH_STEPS: u32 = if cfg!(target_arch = "wasm32") { 60 } else { 200 };
+const GROWTH_STEPS: u32 = if IN_BROWSER { 60 } else { 200 };
 
 async fn accounting_does_not_grow() {
     let gpu = webtune::kernels::testutil::test_gpu().await;
     let (ckpt, _, _) = llama_bias();
     let model = Model::load(&gpu, &ckpt).expect("the llama-bias model loads");
     // Seeded random examples of 5 to 24 tokens (vocab 67), half of each supervised.
-    let mut rng = webtune::rng::Rng::new(9);
+    let mut rng = webtune::base::rng::Rng::new(9);
     let examples: Vec<Example> = (0..7)
         .map(|line| {
             let n = 5 + rng.below(20) as usize;
@@ -193,7 +156,7 @@ async fn accounting_does_not_grow() {
     assert!(peak_at_10 > 0);
     assert_eq!(peak, peak_at_10, "the peak grew between step 10 ({peak_at_10} B) and step {GROWTH_STEPS} ({peak} B)");
     log!("{GROWTH_STEPS} steps: peak {peak} B (= step 10's); live bytes back to their pre-step value after every step");
-    if let Some(w) = webtune::gpu::platform::wasm_memory_bytes() {
+    if let Some(w) = webtune::platform::wasm_memory_bytes() {
         log!("wasm memory after {GROWTH_STEPS} steps: {w} B");
     }
 }
@@ -204,10 +167,10 @@ both!(accounting_does_not_grow_over_200_steps, accounting_does_not_grow());
 async fn bench_orders_the_schedules() {
     use std::sync::Arc;
     use webtune::bench::train::{bench_train, BenchMode, Fuse, TrainBenchConfig};
-    use webtune::model::stream::SyntheticSource;
+    use webtune::model::synthetic::SyntheticSource;
     use webtune::model::weights::WeightFormat;
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let mut cfg = webtune::config::ModelConfig::from_json(&common::tiny_config_json()).expect("tiny config");
+    let mut cfg = webtune::base::config::ModelConfig::from_json(&common::tiny_config_json()).expect("tiny config");
     cfg.vocab = 512;
     cfg.layers = 3;
     let bc = TrainBenchConfig {
@@ -228,6 +191,7 @@ async fn bench_orders_the_schedules() {
         steps: 2,
         seed: 1,
         mlp_chunk_rows: Some(16),
+        profile: false,
     };
     let res = bench_train(&gpu, Arc::new(SyntheticSource::new(cfg.clone(), 1)), &bc, |_| {}).await.expect("bench runs");
     let peak = |m: &str| res.iter().find(|r| r.mode == m).map(|r| r.peak_bytes).expect("mode ran");

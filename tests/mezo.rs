@@ -3,33 +3,15 @@
 //! regenerated perturbation, the SPSA estimate against the exact gradient, the update, and the
 //! cosine between MeZO's gradient estimate and the true gradient.
 
-use std::collections::HashMap;
+mod common;
+
+use common::{both, fixtures};
 use webtune::formats::batch::Batch;
-use webtune::formats::peft::Adapter;
 use webtune::gpu::{Category, DType, Gpu};
 use webtune::kernels::perturb::{perturb, z_host};
 use webtune::model::lora::{read_set, Lora};
 use webtune::model::{Model, StepInput};
-use webtune::store::Checkpoint;
 use webtune::train::mezo::{mezo_gradient_cosine, mezo_step, streams, MezoConfig};
-
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-macro_rules! both {
-    ($name:ident, $body:expr) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            webtune::gpu::platform::block_on($body)
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body.await
-        }
-    };
-}
 
 struct Setup {
     gpu: Gpu,
@@ -39,27 +21,16 @@ struct Setup {
 }
 
 async fn llama_bias() -> Setup {
-    const DIR: &str = "llama-bias";
-    let files: HashMap<String, Vec<u8>> = [
-        ("config.json", include_bytes!("fixtures/llama-bias/config.json") as &[u8]),
-        ("model.safetensors", include_bytes!("fixtures/llama-bias/model.safetensors")),
-    ]
-    .into_iter()
-    .map(|(n, b)| (n.to_string(), b.to_vec()))
-    .collect();
+    let f = fixtures::llama_bias();
+    let dir = f.name;
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let ckpt = Checkpoint::from_files(files).unwrap_or_else(|e| panic!("{DIR}: {e}"));
-    webtune::model::layout::validate(&ckpt).unwrap_or_else(|e| panic!("{DIR}: {e}"));
-    let adapter = Adapter::from_files(
-        include_bytes!("fixtures/llama-bias/adapter/adapter_config.json"),
-        include_bytes!("fixtures/llama-bias/adapter/adapter_model.safetensors"),
-    )
-    .unwrap_or_else(|e| panic!("{DIR}: {e}"));
-    let model = Model::load(&gpu, &ckpt).unwrap_or_else(|e| panic!("{DIR}: {e}"));
-    let lora = Lora::from_adapter(&gpu, &model.cfg, &adapter).unwrap_or_else(|e| panic!("{DIR}: {e}"));
-    let batch = Batch::from_json(include_str!("fixtures/llama-bias/batch.json"), model.cfg.vocab)
-        .unwrap_or_else(|e| panic!("{DIR}: {e}"));
-    let input = model.prepare(&gpu, &batch).unwrap_or_else(|e| panic!("{DIR}: {e}"));
+    let ckpt = f.checkpoint();
+    webtune::formats::checkpoint::validate(&ckpt).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let adapter = f.adapter();
+    let model = Model::load(&gpu, &ckpt).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let lora = Lora::from_adapter(&gpu, &model.cfg, &adapter).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let batch = Batch::from_json(f.batch, model.cfg.vocab).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let input = model.prepare(&gpu, &batch).unwrap_or_else(|e| panic!("{dir}: {e}"));
     Setup { gpu, model, lora, input }
 }
 
@@ -275,7 +246,7 @@ async fn trainer_runs_mezo() {
     use webtune::data::dataset::Example;
     use webtune::train::trainer::{TrainConfig, Trainer};
     let s = llama_bias().await;
-    let mut rng = webtune::rng::Rng::new(4);
+    let mut rng = webtune::base::rng::Rng::new(4);
     let examples: Vec<Example> = (0..4)
         .map(|line| {
             let ids: Vec<u32> = (0..12).map(|_| rng.below(67) as u32).collect();

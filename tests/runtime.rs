@@ -9,11 +9,11 @@ mod common;
 
 use common::{chat_line, tiny_model_files, TempDir};
 use webtune::data::tokenizer::Message;
-use webtune::gpu::platform::block_on;
+use webtune::import::files::MemoryFiles;
+use webtune::import::Progress;
+use webtune::platform::block_on;
 use webtune::runtime::{GenerateRequest, Runtime};
-use webtune::store::asyncio::MemoryFiles;
-use webtune::store::chunks::DirStore;
-use webtune::store::import::Progress;
+use webtune::store::DirStore;
 use webtune::train::trainer::TrainConfig;
 
 fn dataset() -> String {
@@ -158,20 +158,22 @@ struct QuotaStore {
     only: Option<&'static str>,
 }
 
-impl webtune::store::chunks::ChunkStore for QuotaStore {
-    fn put(&self, key: &str, bytes: &[u8]) -> webtune::error::Result<()> {
+impl webtune::store::ChunkStore for QuotaStore {
+    fn put(&self, key: &str, bytes: &[u8]) -> webtune::base::error::Result<()> {
         if self.full.load(std::sync::atomic::Ordering::Relaxed) && self.only.is_none_or(|o| key.ends_with(o)) {
-            return Err(webtune::error::Error::msg(format!("{key}: QuotaExceededError: the quota has been exceeded")));
+            return Err(webtune::base::error::Error::msg(format!(
+                "{key}: QuotaExceededError: the quota has been exceeded"
+            )));
         }
         self.inner.put(key, bytes)
     }
-    fn get(&self, key: &str) -> webtune::error::Result<Vec<u8>> {
+    fn get(&self, key: &str) -> webtune::base::error::Result<Vec<u8>> {
         self.inner.get(key)
     }
-    fn delete(&self, key: &str) -> webtune::error::Result<()> {
+    fn delete(&self, key: &str) -> webtune::base::error::Result<()> {
         self.inner.delete(key)
     }
-    fn keys(&self, prefix: &str) -> webtune::error::Result<Vec<String>> {
+    fn keys(&self, prefix: &str) -> webtune::base::error::Result<Vec<String>> {
         self.inner.keys(prefix)
     }
 }
@@ -241,7 +243,7 @@ fn a_full_store_while_checkpointing_keeps_the_last_checkpoint() {
 /// block for every token, answers as the resident model does.
 #[test]
 fn streamed_training_equals_resident() {
-    use webtune::store::import::{import_files, ImportOptions};
+    use webtune::import::{import_files, ImportOptions};
     block_on(async {
         let dir = TempDir::new("runtime-streamed");
         let files = MemoryFiles::new(tiny_model_files(7));

@@ -5,32 +5,12 @@
 //! the JS heap (Chromium's performance.memory) and the step times are printed, never asserted.
 //! Its own file, so the browser run has its own time limit.
 
+mod common;
+
+use common::{both, fixtures, log, IN_BROWSER};
 use webtune::data::dataset::Example;
 use webtune::model::Model;
-use webtune::store::Checkpoint;
 use webtune::train::trainer::{TrainConfig, Trainer};
-
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-macro_rules! log {
-    ($($t:tt)*) => {{
-        #[cfg(target_arch = "wasm32")]
-        wasm_bindgen_test::console_log!($($t)*);
-        #[cfg(not(target_arch = "wasm32"))]
-        println!($($t)*);
-    }};
-}
-
-/// The llama-bias fixture (hidden 44, 3 layers, vocab 67).
-fn model_files() -> Checkpoint {
-    let files = [
-        ("config.json", include_bytes!("fixtures/llama-bias/config.json") as &[u8]),
-        ("model.safetensors", include_bytes!("fixtures/llama-bias/model.safetensors")),
-    ];
-    Checkpoint::from_files(files.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect())
-        .expect("the llama-bias fixture opens")
-}
 
 fn config(steps: u32) -> TrainConfig {
     TrainConfig {
@@ -50,15 +30,15 @@ fn config(steps: u32) -> TrainConfig {
 }
 
 /// Steps of the soak: 1,000 natively, 300 in the browser.
-const SOAK_STEPS: u32 = if cfg!(target_arch = "wasm32") { 300 } else { 1000 };
+const SOAK_STEPS: u32 = if IN_BROWSER { 300 } else { 1000 };
 const WARMUP: u32 = 50;
 
 async fn soak() {
-    use webtune::gpu::platform::{js_heap_bytes, rss, wasm_memory_bytes};
+    use webtune::platform::{js_heap_bytes, rss, wasm_memory_bytes};
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    let ckpt = model_files();
+    let ckpt = fixtures::llama_bias().checkpoint(); // hidden 44, 3 layers, vocab 67
     let model = Model::load(&gpu, &ckpt).expect("the llama-bias model loads");
-    let mut rng = webtune::rng::Rng::new(11);
+    let mut rng = webtune::base::rng::Rng::new(11);
     let examples: Vec<Example> = (0..9)
         .map(|line| {
             let n = 6 + rng.below(26) as usize;
@@ -114,14 +94,4 @@ async fn soak() {
         assert!(b < a + (16 << 20), "RSS grew from {a} B to {b} B after the warm-up");
     }
 }
-#[cfg(not(target_arch = "wasm32"))]
-#[test]
-fn soak_does_not_grow() {
-    webtune::gpu::platform::block_on(soak())
-}
-
-#[cfg(target_arch = "wasm32")]
-#[wasm_bindgen_test::wasm_bindgen_test]
-async fn soak_does_not_grow() {
-    soak().await
-}
+both!(soak_does_not_grow, soak());

@@ -10,42 +10,12 @@
 
 mod common;
 
-use common::{chat_line, ids_hash, native_value, tiny_model_files};
+use common::{both, chat_line, ids_hash, log, native_value, tiny_model_files, IN_BROWSER};
 use webtune::data::dataset::load_jsonl;
 use webtune::data::tokenizer::Tokenizer;
+use webtune::formats::checkpoint::Checkpoint;
 use webtune::model::Model;
-use webtune::store::Checkpoint;
 use webtune::train::trainer::{TrainConfig, Trainer};
-
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-macro_rules! both {
-    ($name:ident, $body:expr) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            webtune::gpu::platform::block_on($body)
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body.await
-        }
-    };
-}
-
-/// println! natively; the browser console (shown by wasm-bindgen-test) in Chromium.
-macro_rules! log {
-    ($($t:tt)*) => {{
-        #[cfg(target_arch = "wasm32")]
-        wasm_bindgen_test::console_log!($($t)*);
-        #[cfg(not(target_arch = "wasm32"))]
-        println!($($t)*);
-    }};
-}
-
-const IN_BROWSER: bool = cfg!(target_arch = "wasm32");
 
 /// A native value to compare with (browser only), or print one for the browser run (native only).
 fn hand_over(name: &str, value: f64, rtol: f64) {
@@ -90,7 +60,7 @@ fn config() -> TrainConfig {
 async fn tiny_model_trains() {
     let gpu = webtune::kernels::testutil::test_gpu().await;
     let ckpt = Checkpoint::from_files(tiny_model_files(7)).expect("the tiny model opens");
-    webtune::model::layout::validate(&ckpt).expect("the tiny model has every tensor");
+    webtune::formats::checkpoint::validate(&ckpt).expect("the tiny model has every tensor");
     let tok = Tokenizer::from_checkpoint(&ckpt).expect("the tokenizer loads");
     let examples = load_jsonl(&dataset(), &tok).expect("the dataset loads");
     assert_eq!(examples.len(), 3);

@@ -12,6 +12,8 @@
 //! - a GPU memory budget too small for a step stops the run with a plain error and no
 //!   half-written files; the same command without it then trains to the reference adapter;
 //! - a malformed dataset line exits with code 2 naming the line; `--fresh` starts over.
+//! - `webtune grad` writes the gradients of a batch; an adapter that does not fit the model (r = 999)
+//!   exits with code 2 naming the adapter, not the batch, and a bad batch names the batch.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -263,6 +265,9 @@ enum Kill {
     AfterStep(u32),
     /// This long after the start.
     AfterMs(u64),
+    /// At a random moment of the run, chosen when it starts from how long the rest of the run
+    /// should take (a resumed run is shorter), so that most such kills land before its end.
+    Random,
 }
 
 /// Run `webtune train` and SIGKILL it at `kill`; returns whether it was killed (it may have
@@ -298,6 +303,7 @@ fn train_and_kill(args: &[String], kill: Kill) -> (bool, String) {
                 }
             }
         }
+        Kill::Random => panic!("a random kill is given its moment by the trial loop"),
         Kill::AfterMs(ms) => {
             let deadline = t0 + Duration::from_millis(ms);
             loop {
@@ -362,8 +368,7 @@ fn killed_runs_resume_to_the_same_result() {
     // Random delays (printed, to replay a failure) anywhere in a run, checkpoint writes included.
     let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
-    let mut rng = webtune::kernels::testutil::Rng::new(seed);
-    let mut random = || Kill::AfterMs(100 + rng.below((ref_ms * 3 / 4).max(200)));
+    let mut rng = webtune::base::rng::Rng::new(seed);
     let mut trials: Vec<Vec<Kill>> = vec![
         vec![Kill::AfterStep(1)],                     // before the first checkpoint
         vec![Kill::AfterStep(2)],                     // while the first checkpoint is written
@@ -372,7 +377,7 @@ fn killed_runs_resume_to_the_same_result() {
     ];
     // Then 16 trials of one to three kills at random moments: 20 trials in all.
     for t in 0..16 {
-        trials.push((0..1 + t % 3).map(|_| random()).collect());
+        trials.push((0..1 + t % 3).map(|_| Kill::Random).collect());
     }
     let mut kills = 0;
     for (t, plan) in trials.iter().enumerate() {
@@ -380,6 +385,15 @@ fn killed_runs_resume_to_the_same_result() {
         let args = train_args(model.path(), &data, &out, &strs(&extra));
         let mut at = None;
         for &kill in plan {
+            // A random kill lands in the first three quarters of what the run has left to do
+            // (its start-up included), judged from the uninterrupted run.
+            let kill = match kill {
+                Kill::Random => {
+                    let left = ref_ms * (steps - at.unwrap_or(0)) as u64 / steps as u64;
+                    Kill::AfterMs(100 + rng.below((left * 3 / 4).max(200)))
+                }
+                k => k,
+            };
             let (killed, stderr) = train_and_kill(&args, kill);
             // A rerun killed while it was still starting (nothing about steps printed yet, as
             // happens on a loaded machine) has said nothing to check; the next run is checked.
@@ -570,4 +584,59 @@ fn bad_input_and_fresh() {
     assert_eq!(fresh.losses().iter().map(|l| l.0).collect::<Vec<_>>(), vec![1, 2], "--fresh starts at step 1");
     let (step, _) = read_checkpoint(&out.join("checkpoint.safetensors"));
     assert_eq!(step, 2);
+}
+
+#[test]
+fn grad_errors_name_their_file() {
+    use webtune::base::names::Proj;
+    let model = tiny_model_dir(7);
+    let work = TempDir::new("grad-errors");
+    let cfg = webtune::base::config::ModelConfig::from_json(&common::tiny_config_json()).expect("the tiny config");
+    let adapter = work.join("adapter");
+    webtune::formats::peft::Adapter::new_init(&cfg, 4, 8.0, &[Proj::Q, Proj::V], 1)
+        .save_dir(&adapter)
+        .expect("writes the adapter");
+    let batch = work.join("batch.json");
+    std::fs::write(&batch, r#"{"input_ids": [[1, 2, 3, 4, 5]], "labels": [[1, 2, 3, 4, 5]]}"#)
+        .expect("writes the batch");
+    let out = work.join("grads.safetensors");
+    let (model_arg, adapter_arg, batch_arg, out_arg) = (
+        model.path().display().to_string(),
+        adapter.display().to_string(),
+        batch.display().to_string(),
+        out.display().to_string(),
+    );
+    let grad = |batch: &str| {
+        webtune(&["grad", "--model", &model_arg, "--adapter", &adapter_arg, "--batch", batch, "--out", &out_arg])
+    };
+    let run = grad(&batch_arg).ok("grad");
+    assert!(run.stderr.contains("gradient tensors written to") && out.is_file(), "{}", run.stderr);
+
+    // An adapter_config.json whose r does not match the tensors: the adapter is named, the batch is not.
+    let config_path = adapter.join("adapter_config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&read(&config_path)).expect("adapter_config.json");
+    config["r"] = 999.into();
+    std::fs::write(&config_path, config.to_string()).expect("rewrites adapter_config.json");
+    let run = grad(&batch_arg);
+    assert_eq!(run.code, Some(2), "adapter with r = 999: exit code\nstderr:\n{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("error: {adapter_arg}: adapter_model.safetensors: "))
+            && run.stderr.contains("999")
+            && !run.stderr.contains("batch.json"),
+        "the error names the adapter and not the batch:\n{}",
+        run.stderr
+    );
+
+    // A batch with a token outside the vocabulary names the batch file.
+    config["r"] = 4.into();
+    std::fs::write(&config_path, config.to_string()).expect("restores adapter_config.json");
+    let bad = work.join("bad-batch.json");
+    std::fs::write(&bad, r#"{"input_ids": [[1, 2, 999999]], "labels": [[1, 2, 3]]}"#).expect("writes the batch");
+    let run = grad(&bad.display().to_string());
+    assert_eq!(run.code, Some(2), "bad batch: exit code\nstderr:\n{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("error: {}: batch JSON: ", bad.display())) && run.stderr.contains("999999"),
+        "the error names the batch:\n{}",
+        run.stderr
+    );
 }

@@ -6,6 +6,7 @@
 import type {
   AdapterFiles,
   DeviceInfo,
+  EngineTrainConfig,
   ErrorName,
   Example,
   GenerateOptions,
@@ -90,13 +91,14 @@ interface Pending {
   onEvent?: (e: WorkerEvent) => void;
 }
 
-/** The camelCase TrainConfig as the engine's snake_case JSON. */
-function engineConfig(config: TrainConfig): string {
+/** The camelCase TrainConfig with the engine's snake_case field names (TrainConfig's type holds
+ *  the two in step; a field the engine does not know goes through, for it to refuse by name). */
+function engineConfig(config: TrainConfig): EngineTrainConfig {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(config)) {
     if (v !== undefined) out[k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = v;
   }
-  return JSON.stringify(out);
+  return out as EngineTrainConfig;
 }
 
 export class Webtune {
@@ -343,7 +345,7 @@ export class Webtune {
       cancelled = true;
       this.call('cancel', [p.id]).catch(() => undefined);
     };
-    const p = this.call('generate', [JSON.stringify(msgs), JSON.stringify(rest)], (e) => {
+    const p = this.call('generate', [msgs, rest], (e) => {
       if (e.event !== 'token' || cancelled) return;
       text += e.data;
       if (onToken?.(e.data) === false) cancel();

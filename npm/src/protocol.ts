@@ -9,8 +9,11 @@
 
 import type {
   DeviceInfo,
+  EngineGenerateOptions,
+  EngineTrainConfig,
   ErrorName,
   MemoryReport,
+  Message,
   ModelInfo,
   PartialImport,
   ProgressEvent,
@@ -23,11 +26,11 @@ import type {
   WeightFormat,
 } from './types.js';
 
-/** What `train` sends: the engine's own strings. */
+/** What `train` sends: the engine's own values. */
 export interface TrainRequest {
   sessionId: string;
-  /** TrainConfig as the engine reads it (snake_case JSON). */
-  config: string;
+  /** TrainConfig as the engine reads it (snake_case fields). */
+  config: EngineTrainConfig;
   /** JSONL, one example a line. */
   dataset: string;
   /** Save every N steps (0: only on pause and at the end). */
@@ -63,8 +66,7 @@ export interface Methods {
   deleteSession: { args: [id: string]; result: void };
   exportAdapter: { args: []; result: { safetensors: Uint8Array; config: string } };
   importAdapter: { args: [safetensors: Uint8Array, config: string]; result: void };
-  /** messages and options as JSON. */
-  generate: { args: [messages: string, options: string]; result: string };
+  generate: { args: [messages: Message[], options: EngineGenerateOptions]; result: string };
   /** Stop the generation started by request `requestId` at its next token. */
   cancel: { args: [requestId: number]; result: void };
   memory: { args: []; result: MemoryReport };

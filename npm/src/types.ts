@@ -1,76 +1,49 @@
 // The values the engine (src/wasm.rs, notes/ENGINE_API.md) hands out and takes, as the client
-// exposes them. Field names are the engine's (camelCase), except TrainConfig, whose snake_case
-// JSON the client writes from the camelCase fields below.
+// exposes them. Most are the Rust types themselves: ts-rs makes their TypeScript into
+// ./generated/ (one file per Rust type, under its Rust name), and `cargo test` fails when those
+// files fall behind the Rust (src/runtime/ts_types.rs says how to write them again). Here they
+// are re-exported under the client's names, a few narrowed (a string the engine reads as one
+// of a few names gets a union of them). TrainConfig keeps its hand-written, camelCase form
+// (the client renames its fields to the engine's snake_case ones), checked field by field
+// against the Rust one at compile time.
+
+import type { GenerateRequest } from './generated/GenerateRequest.js';
+import type { Message as EngineMessage } from './generated/Message.js';
+import type { ModelInfo as EngineModelInfo } from './generated/ModelInfo.js';
+import type { Progress } from './generated/Progress.js';
+import type { SessionSummary as EngineSessionSummary } from './generated/SessionSummary.js';
+import type { StepInfo } from './generated/StepInfo.js';
+import type { TrainConfig as RustTrainConfig } from './generated/TrainConfig.js';
+
+export type { Bytes } from './generated/Bytes.js';
+export type { DeviceInfo } from './generated/DeviceInfo.js';
+export type { DeviceLimits } from './generated/DeviceLimits.js';
+export type { MemoryReport } from './generated/MemoryReport.js';
+export type { Sample as MemorySample } from './generated/Sample.js';
+export type { PartialImport } from './generated/PartialImport.js';
+export type { SessionInfo } from './generated/SessionInfo.js';
+export type { StorageInfo } from './generated/StorageInfo.js';
+export type { StoredModel } from './generated/StoredModel.js';
+
+/** Import progress, in the transformers.js conventions; `progress` is a percentage. `total`:
+ *  the whole model (bytes stored, of total; bytes per second; seconds left, 0 while unknown). */
+export type ProgressEvent = Progress;
+
+/** One optimizer step, with the memory it used (Rust: runtime::StepInfo). */
+export type StepReport = StepInfo;
+
+/** TrainConfig as the engine reads it (snake_case); what is left out takes the defaults. */
+export type EngineTrainConfig = Partial<RustTrainConfig>;
 
 /** The kinds of failure, as `WebtuneError.name`. */
 export type ErrorName = 'NoWebGPU' | 'Quota' | 'BadInput' | 'NotFound' | 'Busy' | 'Device' | 'DeviceLost' | 'Budget' | 'Error';
-
-/** The adapter and what it granted. */
-export interface DeviceInfo {
-  adapter: string;
-  backend: string;
-  limits: {
-    maxBufferSize: number;
-    maxStorageBufferBindingSize: number;
-    maxStorageBuffersPerShaderStage?: number;
-    maxComputeWorkgroupStorageSize: number;
-    maxComputeInvocationsPerWorkgroup: number;
-  };
-  shaderF16: boolean;
-  subgroups: boolean;
-}
-
-/** A complete model in the store. */
-export interface StoredModel {
-  name: string;
-  bytes: number;
-}
-
-/** An import that stopped before its end: `bytes` of `total` stored. Importing the same files
- *  under the same name resumes it; deleteModel(name) drops it. */
-export interface PartialImport {
-  name: string;
-  bytes: number;
-  total: number;
-}
-
-/** navigator.storage.estimate() and persisted(). */
-export interface StorageInfo {
-  usage: number;
-  quota: number;
-  persisted: boolean;
-}
-
-/** Import progress, in the transformers.js conventions; `progress` is a percentage. */
-export type ProgressEvent =
-  | { status: 'initiate'; name: string; file: string }
-  | { status: 'download'; name: string; file: string }
-  | { status: 'progress'; name: string; file: string; loaded: number; total: number; progress: number }
-  | { status: 'done'; name: string; file: string }
-  | { status: 'ready'; name: string; bytes: number }
-  /** The whole model: bytes stored, of total; bytes per second; seconds left (0 while unknown). */
-  | { status: 'total'; name: string; loaded: number; total: number; progress: number; rate: number; eta: number };
 
 /** How the frozen weights are kept on the GPU. */
 export type WeightFormat = 'stored' | 'bf16' | 'q8' | 'q4';
 
 /** The loaded model. */
-export interface ModelInfo {
-  name: string;
-  modelType: string;
-  layers: number;
-  hidden: number;
-  heads: number;
-  kvHeads: number;
-  intermediate: number;
-  vocab: number;
-  parameters: number;
-  /** Bytes of frozen weights on the GPU (a streamed model: only the final norm at rest). */
-  weightBytes: number;
-  chatTemplate: boolean;
+export interface ModelInfo extends EngineModelInfo {
   weights: WeightFormat;
-  /** Loaded with `stream`: each block is fetched from IndexedDB when a step needs it. */
-  streamed: boolean;
 }
 
 /** How to load a model. */
@@ -87,7 +60,21 @@ export interface LoadOptions {
 export type Target = 'q' | 'k' | 'v' | 'o' | 'gate' | 'up' | 'down';
 
 /** A training run's configuration; every field is optional and takes the default shown. */
-export interface TrainConfig {
+export type TrainConfig = Mirror<TrainConfigFields, CamelFields<RustTrainConfig>>;
+
+/** `snake_case` as `camelCase`, as the client renames TrainConfig's fields for the engine. */
+type CamelCase<S extends string> = S extends `${infer Head}_${infer Tail}` ? `${Head}${Capitalize<CamelCase<Tail>>}` : S;
+/** T's fields under their camelCase names. */
+type CamelFields<T> = { [K in keyof T as CamelCase<K & string>]: T[K] };
+/** `Fields`, which tsc accepts only when it has exactly the fields of `Engine`, each (optional
+ *  and) of a type that the engine reads: a field added, dropped or retyped on either side is a
+ *  compile error here. */
+type Mirror<
+  Fields extends { [K in keyof Fields]?: K extends keyof Engine ? Engine[K] : never },
+  Engine extends { [K in keyof Engine]: K extends keyof Fields ? unknown : never },
+> = Fields;
+
+interface TrainConfigFields {
   /** LoRA rank. Default 16. */
   rank?: number;
   /** LoRA alpha (the update is scaled by alpha / rank). Default 32. */
@@ -125,88 +112,16 @@ export interface TrainConfig {
 }
 
 /** One chat message. */
-export interface Message {
+export interface Message extends EngineMessage {
   role: 'system' | 'user' | 'assistant';
-  content: string;
 }
 
 /** One training example: a prompt and its response, or a whole chat. */
 export type Example = { prompt: string; completion: string } | { messages: Message[] };
 
-/** A training run as started or resumed. */
-export interface SessionInfo {
-  sessionId: string;
-  model: string;
-  totalSteps: number;
-  /** Steps done (0 for a new run). */
-  step: number;
-  examples: number;
-  /** Whether the optimizer update is fused into the backward pass. */
-  fused: boolean;
-  /** The loss of every step done. */
-  losses: number[];
-  warnings: string[];
-}
-
-/** GPU bytes of one category: now and the highest since the last step began. */
-export interface Bytes {
-  live: number;
-  peak: number;
-}
-
-/** One phase of the last step: when it ended and the memory at and during it. */
-export interface MemorySample {
-  phase: string;
-  t_ms: number;
-  live_total: number;
-  peak_total: number;
-  peak_by_category: Record<string, number>;
-}
-
-/** The GPU memory accounting (every buffer the engine allocates is counted). */
-export interface MemoryReport {
-  live: number;
-  peak: number;
-  /** weights, lora, grads, optimizer, checkpoints, activations, scratch, staging */
-  categories: Record<string, Bytes>;
-  /** One sample per phase of the last step (empty outside training). */
-  timeline: MemorySample[];
-  /** The wasm linear memory. */
-  wasmBytes: number;
-  /** A streamed model: the most bytes of stored chunks held in wasm memory at once (about
-   *  one block); 0 when the weights are resident. */
-  stagedPeakBytes: number;
-  maxBufferSize: number;
-  maxStorageBufferBindingSize: number;
-}
-
-/** One optimizer step. */
-export interface StepReport {
-  step: number;
-  totalSteps: number;
-  loss: number;
-  lr: number;
-  tokens: number;
-  ms: number;
-  tokensPerSec: number;
-  memory: MemoryReport;
-  /** The loss or the gradients were not finite (NaN or infinite): nothing was updated and
-   *  `step` did not advance. Three in a row stop the run with an error. */
-  skipped: boolean;
-}
-
 /** A stored training session. */
-export interface SessionSummary {
-  id: string;
-  model: string;
+export interface SessionSummary extends EngineSessionSummary {
   weights: WeightFormat;
-  /** The run's model was streamed (resuming loads it streamed again). */
-  streamed: boolean;
-  step: number;
-  totalSteps: number;
-  losses: number[];
-  /** Milliseconds since the epoch of the last save. */
-  updated: number;
 }
 
 /** Why a training loop returned. */
@@ -225,19 +140,11 @@ export interface TrainResult {
   saved: boolean;
 }
 
+/** How to answer, as the engine reads it (each field optional). */
+export type EngineGenerateOptions = Partial<GenerateRequest>;
+
 /** How to answer. */
-export interface GenerateOptions {
-  /** Default 128. */
-  maxNewTokens?: number;
-  /** 0 (the default) is greedy. */
-  temperature?: number;
-  /** 0 (the default): no top-k cut. */
-  topK?: number;
-  /** Default 1. */
-  topP?: number;
-  seed?: number;
-  /** Use the trained or imported adapter (default true). */
-  adapter?: boolean;
+export interface GenerateOptions extends EngineGenerateOptions {
   /** Aborting stops the answer at its next token; the promise then resolves to the text so far. */
   signal?: AbortSignal;
 }

@@ -5,7 +5,10 @@
 import init, { Engine } from '../wasm/webtune.js';
 import type {
   DeviceInfo,
+  EngineGenerateOptions,
+  EngineTrainConfig,
   MemoryReport,
+  Message,
   ModelInfo,
   ProgressEvent,
   SessionInfo,
@@ -18,7 +21,8 @@ import type {
 } from './types.js';
 import { ERROR_NAMES, type ErrorData, type FromWorker, type Methods, type Request } from './protocol.js';
 
-/** The Engine as the contract types it (wasm-bindgen declares its promises as `any`). */
+/** The Engine as the contract types it (wasm-bindgen declares its promises, and the objects it
+ *  takes, as `any`). `Checked` holds it to wasm-bindgen's declaration of the Engine. */
 interface EngineApi {
   deviceInfo(): DeviceInfo;
   listModels(): Promise<StoredModel[]>;
@@ -29,7 +33,7 @@ interface EngineApi {
   importFiles(name: string, files: File[], onProgress: (e: ProgressEvent) => void): Promise<StoredModel>;
   loadModel(name: string, weights: string, stream: boolean): Promise<ModelInfo>;
   exampleTokens(prompt: string, response: string): number;
-  startTraining(sessionId: string, config: string, dataset: string): Promise<SessionInfo>;
+  startTraining(sessionId: string, config: EngineTrainConfig, dataset: string): Promise<SessionInfo>;
   setMemoryBudget(bytes: number | null): void;
   trainStep(): Promise<StepReport>;
   trainingDone(): boolean;
@@ -39,10 +43,27 @@ interface EngineApi {
   deleteSession(id: string): Promise<void>;
   exportAdapter(): Promise<{ safetensors: Uint8Array; config: string }>;
   importAdapter(safetensors: Uint8Array, config: string): Promise<void>;
-  generate(messages: string, options: string, onToken: (text: string) => boolean): Promise<string>;
+  generate(messages: Message[], options: EngineGenerateOptions, onToken: (text: string) => boolean): Promise<string>;
   memory(): MemoryReport;
   loseDevice(): void;
 }
+
+/** `Api`, which tsc accepts only when each of its methods is one of the wasm Engine's and takes
+ *  arguments that the Engine's declaration accepts: a method renamed, dropped or given other
+ *  parameters in src/wasm.rs is a compile error here. */
+type Checked<
+  Api extends {
+    [K in keyof Api]: K extends keyof Engine
+      ? Api[K] extends (...args: infer A) => unknown
+        ? Engine[K] extends (...args: infer E) => unknown
+          ? A extends E
+            ? Api[K]
+            : never
+          : never
+        : never
+      : never;
+  },
+> = Api;
 
 const scope = globalThis as unknown as DedicatedWorkerGlobalScope;
 const post = (m: FromWorker, transfer: Transferable[] = []) => scope.postMessage(m, transfer);
@@ -54,7 +75,7 @@ class Failure extends Error {
   }
 }
 
-let engine: EngineApi | null = null;
+let engine: Checked<EngineApi> | null = null;
 
 // ---- one GPU operation at a time ---------------------------------------------------------
 

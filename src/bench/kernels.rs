@@ -1,12 +1,12 @@
 //! `webtune bench kernels`: time each kernel at the real SmolLM2-135M and
 //! Qwen2.5-0.5B shapes at 256 tokens and report GFLOP/s.
 
-use crate::config::ModelConfig;
-use crate::error::Result;
-use crate::gpu::platform::now_ms;
+use crate::base::config::ModelConfig;
+use crate::base::error::Result;
+use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::matmul::{matmul_nn, matmul_nt, matmul_tn};
-use crate::kernels::testutil::Rng;
+use crate::platform::now_ms;
 
 /// One measured kernel.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -9,19 +9,20 @@
 //! Host memory for the weights being streamed is not GPU memory and is reported only through
 //! the process RSS.
 
-use crate::config::ModelConfig;
-use crate::error::{Error, Result};
+use crate::base::config::ModelConfig;
+use crate::base::error::{Error, Result};
+use crate::base::names::Proj;
 use crate::formats::batch::Batch;
 use crate::formats::peft::Adapter;
 use crate::gpu::alloc::Sample;
-use crate::gpu::platform::now_ms;
+use crate::gpu::profile::Profile;
 use crate::gpu::{Category, Gpu};
 use crate::model::block::Mode;
-use crate::model::layout::Proj;
 use crate::model::lora::{Lora, LoraPair};
-use crate::model::stream::WeightSource;
+use crate::model::source::WeightSource;
 use crate::model::weights::WeightFormat;
 use crate::model::{Grads, Model};
+use crate::platform::now_ms;
 use crate::train::mezo::{mezo_step, MezoConfig};
 use crate::train::optimizer::{Optimizer, OptimizerConfig, OptimizerKind};
 use std::collections::BTreeMap;
@@ -105,6 +106,8 @@ pub struct TrainBenchConfig {
     pub seed: u64,
     /// Tokens per chunk of MeSP's MLP backward (None: the model's default).
     pub mlp_chunk_rows: Option<usize>,
+    /// Time every dispatch of every step by kernel ([`crate::gpu::profile`]).
+    pub profile: bool,
 }
 
 /// One schedule's measurements.
@@ -133,6 +136,16 @@ pub struct ModeResult {
     pub host_cache_bytes: usize,
     /// One sample per phase of the last step.
     pub timeline: Vec<Sample>,
+    /// With `profile`: each step's kernels and wall time.
+    pub profiles: Vec<StepProfile>,
+}
+
+/// One profiled step: its wall time and where the GPU's time went.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepProfile {
+    pub step: usize,
+    pub wall_ms: f64,
+    pub profile: Profile,
 }
 
 /// The paper's peak memory (MB) for Qwen2.5 with 4-bit weights, LoRA rank 8, batch 1, SGD
@@ -153,7 +166,7 @@ pub fn paper_mb(shape: &str, seq: usize) -> Option<(f64, f64)> {
 
 /// A seeded batch of `seq` random tokens, every position supervised.
 fn random_batch(cfg: &ModelConfig, seq: usize, seed: u64) -> Batch {
-    let mut rng = crate::rng::Rng::new(seed ^ 0xba7c4);
+    let mut rng = crate::base::rng::Rng::new(seed ^ 0xba7c4);
     let input_ids: Vec<u32> = (0..seq).map(|_| rng.below(cfg.vocab as u64) as u32).collect();
     let labels = input_ids.iter().map(|&t| t as i32).collect();
     Batch { rows: 1, seq, input_ids, labels, attention_mask: None }
@@ -174,13 +187,25 @@ pub async fn bench_train(
     let kind: OptimizerKind = bc.optimizer.parse()?;
     let adapter = Adapter::new_init(&cfg, bc.rank, bc.alpha, &targets, bc.seed);
     let batch = random_batch(&cfg, bc.seq, bc.seed);
+    let tuned = crate::kernels::tune(gpu, &cfg, bc.seq, bc.format.dtype(crate::gpu::DType::BF16)).await?;
+    for t in &tuned {
+        progress(&format!(
+            "kernel variant {}: {}",
+            t.variant,
+            if !t.agrees {
+                "disagrees with the reference, not used".into()
+            } else {
+                format!("{:.1} ms{}", t.ms, if t.chosen { " (chosen)" } else { "" })
+            }
+        ));
+    }
     let mut out = Vec::new();
     for &mode in &bc.modes {
         progress(mode.name());
         gpu.sync().await?;
         gpu.alloc.reset_peaks();
         gpu.alloc.record_timeline(true);
-        crate::gpu::platform::reset_peak_rss();
+        crate::platform::reset_peak_rss();
         let mut model = if bc.resident {
             Model::resident(gpu, source.clone(), bc.format)?
         } else if bc.host_cache {
@@ -207,9 +232,13 @@ pub async fn bench_train(
         let mut times = Vec::new();
         let mut losses = Vec::new();
         let mut last_start = 0;
+        let mut profiles = Vec::new();
         for step in 0..bc.steps {
             if step + 1 == bc.steps {
                 last_start = gpu.alloc.timeline().len();
+            }
+            if bc.profile {
+                gpu.profile_start();
             }
             let t0 = now_ms();
             let loss = match (mode, opt.as_mut()) {
@@ -235,7 +264,11 @@ pub async fn bench_train(
                 }
             };
             gpu.sync().await?;
-            times.push((now_ms() - t0) / 1000.0);
+            let wall_ms = now_ms() - t0;
+            times.push(wall_ms / 1000.0);
+            if let Some(profile) = gpu.profile_take().await? {
+                profiles.push(StepProfile { step, wall_ms, profile });
+            }
             losses.push(loss);
         }
         let mut timeline = gpu.alloc.timeline();
@@ -259,10 +292,11 @@ pub async fn bench_train(
             tokens_per_s: bc.seq as f64 / step_s.max(1e-9),
             losses,
             fused_update: fused,
-            rss_peak_bytes: crate::gpu::platform::peak_rss(),
+            rss_peak_bytes: crate::platform::peak_rss(),
             host_cache_bytes: model.prepared_bytes(),
-            wasm_memory_bytes: crate::gpu::platform::wasm_memory_bytes(),
+            wasm_memory_bytes: crate::platform::wasm_memory_bytes(),
             timeline,
+            profiles,
         });
         drop((input, lora, opt, model));
     }

@@ -257,8 +257,7 @@ fn text_example(text: &str, line: usize, tok: &Tokenizer) -> Result<Example, Dat
 
 #[cfg(test)]
 mod tests {
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::platform::test;
 
     use super::super::testdata::{reference, smol, smol_with_template, QWEN25_TEMPLATE, SMOL_TOKENIZER_JSON};
     use super::*;

@@ -11,34 +11,8 @@ pub use dataset::{load_jsonl, Example};
 pub use template::Date;
 pub use tokenizer::{Message, StreamDecoder, Tokenizer};
 
-/// Label value that takes no loss (PyTorch's `ignore_index`).
-pub const IGNORE_INDEX: i32 = -100;
-
-/// Everything that can go wrong reading tokenizer files, rendering a template or loading a dataset.
-/// Each message names the file, the template line or the dataset line.
-#[derive(Debug, thiserror::Error)]
-pub enum DataError {
-    /// A tokenizer file is missing, unreadable or has a bad field.
-    #[error("{file}: {reason}")]
-    File { file: String, reason: String },
-    /// The chat template failed to parse or to render (minijinja's message names the line).
-    #[error("chat template: {0}")]
-    Template(String),
-    /// A chat template is needed but the tokenizer files hold none.
-    #[error(
-        "the tokenizer has no chat template (neither tokenizer_config.json's \"chat_template\" nor chat_template.jinja)"
-    )]
-    NoChatTemplate,
-    /// Encoding or decoding failed inside the tokenizer.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
-    /// One dataset line is malformed (line numbers count from 1).
-    #[error("dataset line {line}: {reason}")]
-    Line { line: usize, reason: String },
-    /// The dataset holds no examples.
-    #[error("the dataset is empty: no non-blank lines")]
-    EmptyDataset,
-}
+pub use crate::base::error::DataError;
+pub use crate::base::IGNORE_INDEX;
 
 #[cfg(test)]
 pub(crate) mod testdata {

@@ -404,8 +404,7 @@ fn write_json_str(s: &str, ensure_ascii: bool, out: &mut String) {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::platform::test;
 
     use super::super::testdata::{reference, smol, smol_with_template, QWEN25_TEMPLATE};
     use super::*;

@@ -9,6 +9,7 @@ use super::DataError;
 
 /// One chat message, as in HF's `messages` lists.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Message {
     pub role: String,
     pub content: String,
@@ -144,7 +145,7 @@ impl Tokenizer {
 
     /// From a checkpoint's files: tokenizer.json, and tokenizer_config.json,
     /// generation_config.json and chat_template.jinja where present.
-    pub fn from_checkpoint(ckpt: &crate::store::Checkpoint) -> Result<Tokenizer, DataError> {
+    pub fn from_checkpoint(ckpt: &crate::formats::checkpoint::Checkpoint) -> Result<Tokenizer, DataError> {
         let json = ckpt.file("tokenizer.json").ok_or_else(|| DataError::File {
             file: "tokenizer.json".into(),
             reason: "not among the model files (the checkpoint needs its HF tokenizer.json)".into(),
@@ -282,8 +283,7 @@ impl StreamDecoder<'_> {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::platform::test;
 
     use super::super::testdata::{reference, smol, SMOL_TOKENIZER_CONFIG, SMOL_TOKENIZER_JSON};
     use super::*;
@@ -369,8 +369,8 @@ mod tests {
 
     #[test]
     fn from_checkpoint_reads_the_files() {
-        use crate::store::testdata::{tiny_config, tiny_files};
-        use crate::store::Checkpoint;
+        use crate::formats::checkpoint::Checkpoint;
+        use crate::formats::testdata::{tiny_config, tiny_files};
         let cfg = tiny_config(false);
         let files = tiny_files(&cfg, &[], &[]);
         let ckpt = Checkpoint::from_files(files.clone()).expect("opens");

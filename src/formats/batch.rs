@@ -3,25 +3,9 @@
 //! (attention_mask optional), read into flat row-major arrays and checked
 //! against the vocabulary. Labels use -100 for "ignore", as transformers does.
 
+pub use crate::base::error::BatchError;
+use crate::base::IGNORE_INDEX;
 use serde::Deserialize;
-
-/// The label value transformers ignores in the loss.
-pub const IGNORE_INDEX: i32 = -100;
-
-#[derive(Debug, thiserror::Error)]
-pub enum BatchError {
-    /// Not JSON, or a field of the wrong type (serde's message has line and column).
-    #[error("batch JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("batch JSON: {0} is empty")]
-    Empty(String),
-    #[error("batch JSON: {field} has {rows} rows, input_ids has {expected}")]
-    Rows { field: &'static str, rows: usize, expected: usize },
-    #[error("batch JSON: {field} row {row} has {len} entries, input_ids row 0 has {expected}")]
-    Ragged { field: &'static str, row: usize, len: usize, expected: usize },
-    #[error("batch JSON: {field}[{row}][{col}] = {value}: {reason}")]
-    Value { field: &'static str, row: usize, col: usize, value: i64, reason: String },
-}
 
 /// A batch of `rows` sequences of `seq` tokens, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,8 +105,7 @@ impl Batch {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::platform::test;
 
     use super::*;
 

@@ -5,33 +5,14 @@
 //! Supports plain LoRA (scale alpha / r); rsLoRA, DoRA, trained biases, per-module
 //! ranks and other extras are rejected, naming the field.
 
-use crate::config::ModelConfig;
-use crate::model::layout::Proj;
-use crate::store::{encode_raw, HostTensor};
+use crate::base::config::ModelConfig;
+use crate::base::host::HostTensor;
+use crate::base::names::{lora_a_key, lora_b_key, parse_lora_key, Proj};
+use crate::formats::safetensors::{decode, encode_raw};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-pub const CONFIG_FILE: &str = "adapter_config.json";
-pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
-
-#[derive(Debug, thiserror::Error)]
-pub enum PeftError {
-    /// Not JSON, or a field of the wrong type (serde's message has line and column).
-    #[error("{CONFIG_FILE}: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("{CONFIG_FILE}: {field}: {reason}")]
-    Config { field: &'static str, reason: String },
-    #[error("{WEIGHTS_FILE}: not a safetensors file: {reason}")]
-    Safetensors { reason: String },
-    #[error("{WEIGHTS_FILE}: {tensor}: dtype {dtype} is not supported (F32, F64, BF16, F16 are)")]
-    Dtype { tensor: String, dtype: String },
-    #[error("{WEIGHTS_FILE}: {tensor}: {reason}")]
-    Tensor { tensor: String, reason: String },
-    #[error("{WEIGHTS_FILE}: {tensor}: expected shape {expected:?} ({what}), found {found:?}")]
-    Shape { tensor: String, expected: Vec<usize>, found: Vec<usize>, what: &'static str },
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
-}
+pub use crate::base::error::PeftError;
 
 /// adapter_config.json resolved: what the engine uses.
 #[derive(Clone, Debug, PartialEq)]
@@ -233,42 +214,6 @@ impl AdapterConfig {
     }
 }
 
-const KEY_PREFIX: &str = "base_model.model.model.layers.";
-
-/// "base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight": A, (r, in)
-pub fn lora_a_key(layer: usize, p: Proj) -> String {
-    format!("{KEY_PREFIX}{layer}.{}.lora_A.weight", p.module_path())
-}
-
-/// "base_model.model.model.layers.{i}.self_attn.q_proj.lora_B.weight": B, (out, r)
-pub fn lora_b_key(layer: usize, p: Proj) -> String {
-    format!("{KEY_PREFIX}{layer}.{}.lora_B.weight", p.module_path())
-}
-
-/// Which matrix of a LoRA pair a key names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AB {
-    A,
-    B,
-}
-
-/// Inverse of [`lora_a_key`] / [`lora_b_key`].
-pub fn parse_lora_key(key: &str) -> Option<(usize, Proj, AB)> {
-    let rest = key.strip_prefix(KEY_PREFIX)?;
-    let (layer, rest) = rest.split_once('.')?;
-    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) || (layer.len() > 1 && layer.starts_with('0')) {
-        return None;
-    }
-    let layer: usize = layer.parse().ok()?;
-    let (module, ab) = if let Some(m) = rest.strip_suffix(".lora_A.weight") {
-        (m, AB::A)
-    } else {
-        (rest.strip_suffix(".lora_B.weight")?, AB::B)
-    };
-    let p = Proj::all().into_iter().find(|p| p.module_path() == module)?;
-    Some((layer, p, ab))
-}
-
 /// A LoRA adapter in host memory, tensors as f32 keyed by PEFT name.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Adapter {
@@ -286,7 +231,7 @@ impl Adapter {
             .map_err(|e| PeftError::Safetensors { reason: e.to_string() })?;
         let mut tensors = BTreeMap::new();
         for (name, view) in st.iter() {
-            let t = crate::store::decode(view.dtype(), view.shape(), view.data())
+            let t = decode(view.dtype(), view.shape(), view.data())
                 .ok_or_else(|| PeftError::Dtype { tensor: name.to_string(), dtype: view.dtype().to_string() })?;
             tensors.insert(name.to_string(), t.into_f32());
         }
@@ -306,8 +251,8 @@ impl Adapter {
             let path = dir.join(name);
             std::fs::read(&path).map_err(|source| PeftError::Io { path: path.display().to_string(), source })
         };
-        let config = read(CONFIG_FILE)?;
-        if !dir.join(WEIGHTS_FILE).is_file() && dir.join("adapter_model.bin").is_file() {
+        let config = read(crate::base::names::ADAPTER_CONFIG_FILE)?;
+        if !dir.join(crate::base::names::ADAPTER_WEIGHTS_FILE).is_file() && dir.join("adapter_model.bin").is_file() {
             return Err(PeftError::Io {
                 path: dir.join("adapter_model.bin").display().to_string(),
                 source: std::io::Error::new(
@@ -316,7 +261,7 @@ impl Adapter {
                 ),
             });
         }
-        let weights = read(WEIGHTS_FILE)?;
+        let weights = read(crate::base::names::ADAPTER_WEIGHTS_FILE)?;
         Adapter::from_files(&config, &weights)
     }
 
@@ -326,8 +271,10 @@ impl Adapter {
     pub fn save_dir(&self, dir: &std::path::Path) -> Result<(), PeftError> {
         let io = |path: std::path::PathBuf| move |source| PeftError::Io { path: path.display().to_string(), source };
         std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
-        std::fs::write(dir.join(CONFIG_FILE), self.config_json()).map_err(io(dir.join(CONFIG_FILE)))?;
-        std::fs::write(dir.join(WEIGHTS_FILE), self.to_safetensors_bytes()).map_err(io(dir.join(WEIGHTS_FILE)))?;
+        std::fs::write(dir.join(crate::base::names::ADAPTER_CONFIG_FILE), self.config_json())
+            .map_err(io(dir.join(crate::base::names::ADAPTER_CONFIG_FILE)))?;
+        std::fs::write(dir.join(crate::base::names::ADAPTER_WEIGHTS_FILE), self.to_safetensors_bytes())
+            .map_err(io(dir.join(crate::base::names::ADAPTER_WEIGHTS_FILE)))?;
         Ok(())
     }
 
@@ -395,7 +342,7 @@ impl Adapter {
         let mut targets: Vec<Proj> = targets.to_vec();
         targets.sort();
         targets.dedup();
-        let mut rng = crate::rng::Rng::new(seed);
+        let mut rng = crate::base::rng::Rng::new(seed);
         let mut tensors = BTreeMap::new();
         for layer in 0..cfg.layers {
             for &p in &targets {
@@ -439,12 +386,11 @@ pub fn write_f32_safetensors(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<
 
 #[cfg(test)]
 mod tests {
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::platform::test;
 
     use super::*;
-    use crate::store::testdata::tiny_config;
-    use crate::store::HostData;
+    use crate::base::host::HostData;
+    use crate::formats::testdata::tiny_config;
 
     /// adapter_config.json as PEFT 0.13 writes it for a Qwen2.5 LoRA.
     const PEFT_CONFIG: &str = r#"{
@@ -554,8 +500,8 @@ mod tests {
         assert_eq!(lora_b_key(23, Proj::Down), "base_model.model.model.layers.23.mlp.down_proj.lora_B.weight");
         for layer in [0, 7, 123] {
             for p in Proj::all() {
-                assert_eq!(parse_lora_key(&lora_a_key(layer, p)), Some((layer, p, AB::A)));
-                assert_eq!(parse_lora_key(&lora_b_key(layer, p)), Some((layer, p, AB::B)));
+                assert_eq!(parse_lora_key(&lora_a_key(layer, p)), Some((layer, p, crate::base::names::AB::A)));
+                assert_eq!(parse_lora_key(&lora_b_key(layer, p)), Some((layer, p, crate::base::names::AB::B)));
             }
         }
         for bad in [
@@ -700,9 +646,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("webtune-peft-test-{}", std::process::id()));
         a.save_dir(&dir).expect("saves");
         assert_eq!(Adapter::open_dir(&dir).expect("opens"), a);
-        std::fs::remove_file(dir.join(WEIGHTS_FILE)).expect("rm");
+        std::fs::remove_file(dir.join(crate::base::names::ADAPTER_WEIGHTS_FILE)).expect("rm");
         let e = Adapter::open_dir(&dir).expect_err("missing").to_string();
-        assert!(e.contains(WEIGHTS_FILE), "{e}");
+        assert!(e.contains(crate::base::names::ADAPTER_WEIGHTS_FILE), "{e}");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -69,6 +69,7 @@ pub struct MemoryStats {
 /// One point of the memory timeline: the phase that just ended, the live bytes
 /// at its end and the highest total reached during it (with its split by category).
 #[derive(Clone, Debug, serde::Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Sample {
     pub phase: String,
     /// Milliseconds since the timeline started, when the phase was recorded (the model waits
@@ -94,7 +95,7 @@ impl MemoryStats {
 pub struct Allocator {
     stats: Arc<Mutex<MemoryStats>>,
     timeline: Arc<Mutex<Option<Vec<Sample>>>>,
-    /// When the timeline started (ms, [`crate::gpu::platform::now_ms`]).
+    /// When the timeline started (ms, [`crate::platform::now_ms`]).
     t0: Arc<Mutex<f64>>,
     /// Most bytes that may be live at once (None: no limit but the device's).
     budget: Arc<Mutex<Option<u64>>>,
@@ -136,7 +137,7 @@ impl Allocator {
             *t = on.then(Vec::new);
         }
         if let Ok(mut t0) = self.t0.lock() {
-            *t0 = crate::gpu::platform::now_ms();
+            *t0 = crate::platform::now_ms();
         }
         if let Ok(mut s) = self.stats.lock() {
             s.interval_peak_total = s.live_total;
@@ -149,7 +150,7 @@ impl Allocator {
         let Some(list) = t.as_mut() else { return };
         if let Ok(mut s) = self.stats.lock() {
             let peak_by_category = Category::ALL.iter().map(|c| (c.name(), s.interval_peak[c.index()])).collect();
-            let t_ms = crate::gpu::platform::now_ms() - self.t0.lock().map(|t| *t).unwrap_or(0.0);
+            let t_ms = crate::platform::now_ms() - self.t0.lock().map(|t| *t).unwrap_or(0.0);
             list.push(Sample {
                 phase: phase(),
                 t_ms,

@@ -12,10 +12,10 @@
 //! otherwise), a number of rows per invocation and a workgroup size, all in the pipeline cache
 //! key; its loops over rows and over D are unrolled by [`unroll`] before compilation.
 
+use crate::gpu::Kernel;
 use crate::gpu::{groups, Category, DType, Gpu, GpuError, Tensor};
 use crate::kernels::render;
 use std::sync::Arc;
-use wgpu::ComputePipeline;
 
 const FWD: &str = include_str!("attention_fwd.wgsl");
 const BWD_DELTA: &str = include_str!("attention_bwd_delta.wgsl");
@@ -97,7 +97,7 @@ fn params(s: &AttnShape, has_mask: bool, rows: usize) -> Params {
 }
 
 /// Render one kernel for head size `d`, `rows` rows per invocation and `wg` invocations per workgroup.
-fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg: usize) -> Arc<ComputePipeline> {
+fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg: usize) -> Arc<Kernel> {
     let vec = d % 4 == 0;
     let key = format!("attention_{name}/{d}/{rows}/{wg}");
     gpu.pipeline(&key, || {
@@ -252,7 +252,15 @@ fn forward_with(
     let pl = pipeline(gpu, "fwd", FWD, s.head_dim, t.fwd, t.wg);
     let n = s.batch * s.heads * p.nblk as usize;
     let mask = mask.unwrap_or(gpu.dummy());
-    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[q, k, v, mask, o, lse], groups(n.div_ceil(t.wg) as u32));
+    let w = groups(n.div_ceil(t.wg) as u32);
+    gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, mask, o, lse], w, pair_flops(s, 4));
+}
+
+/// Work of a pass over the causal (query, key) pairs, B·Hq·T(T+1)/2 of them, at `per_d`·D
+/// floating-point operations each (forward 4: q·k and p·v; dq 6 and dk/dv 8 with the
+/// recomputed scores): for profiles.
+fn pair_flops(s: &AttnShape, per_d: u64) -> u64 {
+    (s.batch * s.heads * s.seq * (s.seq + 1) / 2) as u64 * per_d * s.head_dim as u64
 }
 
 /// Backward of [`attention_forward`], given dO: (B*T, Hq*D) and the forward's o and lse.
@@ -337,7 +345,8 @@ fn backward_dq(gpu: &Gpu, s: &AttnShape, x: [&Tensor; 5], mask: Option<&Tensor>,
     let n = s.batch * s.heads * p.nblk as usize;
     let [q, k, v, d_o, stats] = x;
     let mask = mask.unwrap_or(gpu.dummy());
-    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dq], groups(n.div_ceil(t.wg) as u32));
+    let w = groups(n.div_ceil(t.wg) as u32);
+    gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dq], w, pair_flops(s, 6));
 }
 
 /// Step 3: dk, dv from [q, k, v, dO, stats].
@@ -356,7 +365,8 @@ fn backward_dkdv(
     let n = s.batch * s.kv_heads * p.nblk as usize;
     let [q, k, v, d_o, stats] = x;
     let mask = mask.unwrap_or(gpu.dummy());
-    gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dk, dv], groups(n.div_ceil(t.wg) as u32));
+    let w = groups(n.div_ceil(t.wg) as u32);
+    gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dk, dv], w, pair_flops(s, 8));
 }
 
 /// f64 references that materialise the T×T probabilities (tests and benchmarks only).
@@ -694,7 +704,7 @@ mod tests {
     #[test]
     #[ignore]
     fn attention_bench() {
-        use crate::gpu::platform::{block_on, now_ms};
+        use crate::platform::{block_on, now_ms};
         block_on(async {
             let gpu = &crate::kernels::testutil::test_gpu().await;
             println!("adapter: {}", gpu.info.adapter);

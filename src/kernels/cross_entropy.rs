@@ -583,7 +583,7 @@ mod tests {
     #[test]
     #[ignore]
     fn bench_lm_head_ce_smollm() {
-        use crate::gpu::platform::{block_on, now_ms};
+        use crate::platform::{block_on, now_ms};
         block_on(async {
             let gpu = &crate::kernels::testutil::test_gpu().await;
             let (n, c, v, rows) = (256, 576, 49152, DEFAULT_CHUNK_ROWS);

@@ -1,7 +1,7 @@
 //! Token embedding: a frozen gather, out (N, C) = table[ids], no backward (ids are inputs).
 //! The embedding matrix may be split by rows into chunks (each within a binding limit), of
 //! weight dtype F32, BF16, F16 or Q8/Q4 (dequantized on load: scale·q + offset, bit for bit
-//! as `quant::dequantize`); one dispatch per chunk, vec4 copies when C % 4 == 0.
+//! as `base::dtype::dequantize`); one dispatch per chunk, vec4 copies when C % 4 == 0.
 
 use crate::gpu::{DType, Gpu, Tensor};
 use crate::kernels::quant::wgsl_codes4;
@@ -160,7 +160,6 @@ mod tests {
     use super::*;
     use crate::gpu::Category;
     use crate::gpu_test;
-    use crate::kernels::quant;
     use crate::kernels::testutil::{assert_close, round_to, Rng};
 
     async fn check(gpu: &Gpu, vocab: usize, chunk_rows: usize, c: usize, n: usize, dtype: DType) {
@@ -168,7 +167,9 @@ mod tests {
         let raw = rng.vec(vocab * c, 1.0);
         // What the table stands for once stored (quantization is per row, so chunking is free).
         let table: Vec<f32> = match dtype {
-            DType::Q8 | DType::Q4 => quant::dequantize(&quant::quantize(&raw, vocab, c, dtype), vocab, c, dtype),
+            DType::Q8 | DType::Q4 => {
+                crate::base::dtype::dequantize(&crate::base::dtype::quantize(&raw, vocab, c, dtype), vocab, c, dtype)
+            }
             _ => raw.iter().map(|&v| round_to(dtype, v)).collect(),
         };
         let mut ids: Vec<u32> = (0..n).map(|_| rng.below(vocab as u64) as u32).collect();

@@ -3,7 +3,9 @@
 //! (lavapipe) and in headless Chromium (SwiftShader).
 //!
 //! WGSL variants are made by textual substitution of a few `{{NAME}}` constants;
-//! the substituted values are part of the pipeline cache key.
+//! the substituted values are part of the pipeline cache key. Where a kernel family has
+//! several implementations (the matrix products), [`tune`] chooses among them for the device
+//! by measurement, after checking each against the reference kernel.
 
 pub mod attention;
 pub mod attention_cached;
@@ -20,6 +22,21 @@ pub mod swiglu;
 
 pub mod testutil;
 
+/// Choose the device's kernel variants for a model of shape `cfg` trained or run on `tokens`
+/// tokens at a time with frozen weights stored as `dtype`: each candidate is checked against
+/// the reference kernel and timed at the model's own product shapes (the MLP's and the
+/// attention projections'), and the fastest runs from now on. Returns what was measured.
+pub async fn tune(
+    gpu: &crate::gpu::Gpu,
+    cfg: &crate::base::config::ModelConfig,
+    tokens: usize,
+    dtype: crate::base::dtype::DType,
+) -> crate::base::error::Result<Vec<matmul::Measured>> {
+    let m = tokens.clamp(1, 512);
+    let shapes = [(m, cfg.hidden, cfg.intermediate), (m, cfg.hidden, cfg.heads * cfg.head_dim)];
+    matmul::choose(gpu, &shapes, dtype, 2).await
+}
+
 /// Replace each `{{KEY}}` in `src` with its value.
 pub fn render(src: &str, vars: &[(&str, String)]) -> String {
     let mut s = src.to_string();
@@ -31,13 +48,13 @@ pub fn render(src: &str, vars: &[(&str, String)]) -> String {
 
 /// WGSL helpers shared by kernels that read packed 16-bit weights.
 /// `unpack2` turns one u32 holding two 16-bit values (element 2i in the low half) into f32.
-pub fn unpack_fns(dtype: crate::gpu::DType) -> &'static str {
+pub fn unpack_fns(dtype: crate::base::dtype::DType) -> &'static str {
     match dtype {
-        crate::gpu::DType::BF16 => {
+        crate::base::dtype::DType::BF16 => {
             "fn unpack2(w: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u)); }\n"
         }
-        crate::gpu::DType::F16 => "fn unpack2(w: u32) -> vec2<f32> { return unpack2x16float(w); }\n",
-        crate::gpu::DType::F32 => "",
-        crate::gpu::DType::Q8 | crate::gpu::DType::Q4 => quant::WGSL_FNS,
+        crate::base::dtype::DType::F16 => "fn unpack2(w: u32) -> vec2<f32> { return unpack2x16float(w); }\n",
+        crate::base::dtype::DType::F32 => "",
+        crate::base::dtype::DType::Q8 | crate::base::dtype::DType::Q4 => quant::WGSL_FNS,
     }
 }

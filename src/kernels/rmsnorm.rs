@@ -29,7 +29,7 @@ fn variant(c: usize) -> (&'static str, &'static str, usize) {
     }
 }
 
-fn pipeline(gpu: &Gpu, name: &str, src: &str, c: usize) -> (std::sync::Arc<wgpu::ComputePipeline>, usize) {
+fn pipeline(gpu: &Gpu, name: &str, src: &str, c: usize) -> (std::sync::Arc<crate::gpu::Kernel>, usize) {
     let (ty, hsum, l) = variant(c);
     let p = gpu.pipeline(&format!("{name}/{ty}"), || render(src, &[("T", ty.into()), ("HSUM", hsum.into())]));
     (p, l)

@@ -1,7 +1,7 @@
-//! Helpers shared by kernel tests and benchmarks: a seeded RNG, f64 reference
-//! comparisons, and the macro that stamps one async test for both runtimes.
+//! Helpers shared by kernel tests: f64 reference comparisons, rounding as the GPU stores a
+//! value, and the test device (the stamping macro `gpu_test!` is in `crate::platform`).
 
-pub use crate::rng::Rng;
+pub use crate::base::rng::Rng;
 
 /// ‖a − b‖ / ‖b‖ (with b the reference); 0 when both are zero.
 pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
@@ -50,12 +50,12 @@ pub fn assert_close(what: &str, a: &[f32], b: &[f64], atol: f64, rtol: f64) {
 }
 
 /// Round through a 16-bit dtype as the GPU will see the value.
-pub fn round_to(dtype: crate::gpu::DType, v: f32) -> f32 {
+pub fn round_to(dtype: crate::base::dtype::DType, v: f32) -> f32 {
     match dtype {
-        crate::gpu::DType::F32 => v,
-        crate::gpu::DType::BF16 => half::bf16::from_f32(v).to_f32(),
-        crate::gpu::DType::F16 => half::f16::from_f32(v).to_f32(),
-        crate::gpu::DType::Q8 | crate::gpu::DType::Q4 => {
+        crate::base::dtype::DType::F32 => v,
+        crate::base::dtype::DType::BF16 => half::bf16::from_f32(v).to_f32(),
+        crate::base::dtype::DType::F16 => half::f16::from_f32(v).to_f32(),
+        crate::base::dtype::DType::Q8 | crate::base::dtype::DType::Q4 => {
             panic!("round_to: a quantized value depends on its group; use kernels::quant::dequantize(quantize(..))")
         }
     }
@@ -67,32 +67,4 @@ pub async fn test_gpu() -> crate::gpu::Gpu {
         Ok(g) => g,
         Err(e) => panic!("tests need a GPU adapter (lavapipe natively, WebGPU in Chromium): {e}"),
     }
-}
-
-/// Write an async test once; it runs natively under `cargo test` and in the
-/// browser under `wasm-pack test`.
-///
-/// ```ignore
-/// gpu_test!(async fn my_test(gpu) { ... });
-/// ```
-#[macro_export]
-macro_rules! gpu_test {
-    (async fn $name:ident($gpu:ident) $body:block) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            $crate::gpu::platform::block_on(async {
-                let $gpu = $crate::kernels::testutil::test_gpu().await;
-                let $gpu = &$gpu;
-                $body
-            })
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            let $gpu = $crate::kernels::testutil::test_gpu().await;
-            let $gpu = &$gpu;
-            $body
-        }
-    };
 }

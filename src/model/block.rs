@@ -10,16 +10,16 @@
 //! last use is recorded. LoRA's h = x·Aᵀ is never stored: it is recomputed in
 //! [`lora_linear_backward`] (r ≪ in makes that cheap).
 
-use crate::config::ModelConfig;
-use crate::error::Result;
+use crate::base::config::ModelConfig;
+use crate::base::error::Result;
+use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
-use crate::kernels::matmul::{matmul_nn, matmul_nt, matmul_tn};
+use crate::kernels::matmul::{matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_lora, matmul_tn, Fused};
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
 use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
-use crate::model::layout::Proj;
 use crate::model::lora::LoraPair;
 use crate::model::weights::{LayerWeights, Linear};
 
@@ -69,13 +69,14 @@ pub fn lora_linear_forward_keep(
     y: &Tensor,
     keep_h: bool,
 ) -> Result<Option<Tensor>> {
-    matmul_nt(gpu, x, &lin.w, lin.b.as_ref(), y, 1.0, 0.0);
     if let Some(l) = lora {
         let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
         matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
-        matmul_nt(gpu, &h, &l.b, None, y, s, 1.0);
+        // y = x·Wᵀ + b + s·h·Bᵀ in one pass over y.
+        matmul_nt_lora(gpu, x, &lin.w, lin.b.as_ref(), y, Fused { left: &h, right: &l.b, scale: s });
         return Ok(keep_h.then_some(h));
     }
+    matmul_nt(gpu, x, &lin.w, lin.b.as_ref(), y, 1.0, 0.0);
     Ok(None)
 }
 
@@ -94,13 +95,17 @@ pub fn lora_linear_backward(
     beta: f32,
     h_saved: Option<&Tensor>,
 ) -> Result<()> {
-    matmul_nn(gpu, dy, &lin.w, dx, 1.0, beta);
-    if let Some((p, g)) = lora {
+    let Some((p, g)) = lora else {
+        matmul_nn(gpu, dy, &lin.w, dx, 1.0, beta);
+        return Ok(());
+    };
+    {
         let n = dy.rows();
         let r = p.a.rows();
         let gt = act(gpu, &[n, r])?; // g: (N, r)
         matmul_nn(gpu, dy, &p.b, &gt, 1.0, 0.0);
-        matmul_nn(gpu, &gt, &p.a, dx, s, 1.0);
+        // dx = β·dx + dy·W + s·g·A in one pass over dx.
+        matmul_nn_lora(gpu, dy, &lin.w, dx, beta, Fused { left: &gt, right: &p.a, scale: s });
         matmul_tn(gpu, &gt, x, &g.a, s, 1.0);
         drop(gt);
         match h_saved {
@@ -397,7 +402,7 @@ pub fn block_backward(
             Some(sv) => sv,
             None => block_forward_keep(gpu, ctx, w, Some(lora), x, true, mode != Mode::Mesp)?
                 .1
-                .ok_or_else(|| crate::error::Error::msg("block_forward kept nothing"))?,
+                .ok_or_else(|| crate::base::error::Error::msg("block_forward kept nothing"))?,
         };
         let Saved { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2, g, u, m, hs } = saved;
         let hp = |p: Proj| hs[p as usize].as_ref();

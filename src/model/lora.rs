@@ -2,11 +2,12 @@
 //! and their gradients in the same shape. Converted to and from PEFT's format
 //! (crate::formats::peft) in one place.
 
-use crate::config::ModelConfig;
-use crate::error::{Error, Result};
-use crate::formats::peft::{self, Adapter};
+use crate::base::config::ModelConfig;
+use crate::base::error::{Error, Result};
+use crate::base::names::{self, Proj};
+use crate::formats::peft::Adapter;
 use crate::gpu::{Category, Gpu, Tensor};
-use crate::model::layout::Proj;
+use crate::kernels::elementwise::fill;
 
 /// One LoRA pair (or its gradient).
 pub struct LoraPair {
@@ -64,7 +65,7 @@ impl Lora {
                     row.push(None);
                     continue;
                 }
-                let (ka, kb) = (peft::lora_a_key(i, p), peft::lora_b_key(i, p));
+                let (ka, kb) = (names::lora_a_key(i, p), names::lora_b_key(i, p));
                 let ta = adapter.tensors.get(&ka).ok_or_else(|| Error::msg(format!("adapter: missing {ka}")))?;
                 let tb = adapter.tensors.get(&kb).ok_or_else(|| Error::msg(format!("adapter: missing {kb}")))?;
                 row.push(Some(LoraPair {
@@ -117,8 +118,24 @@ impl Lora {
 pub async fn read_set(gpu: &Gpu, set: &LoraSet) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
     let mut out = Vec::new();
     for (i, p, pair) in set.iter() {
-        out.push((peft::lora_a_key(i, p), pair.a.shape.clone(), gpu.read_f32(&pair.a).await?));
-        out.push((peft::lora_b_key(i, p), pair.b.shape.clone(), gpu.read_f32(&pair.b).await?));
+        out.push((names::lora_a_key(i, p), pair.a.shape.clone(), gpu.read_f32(&pair.a).await?));
+        out.push((names::lora_b_key(i, p), pair.b.shape.clone(), gpu.read_f32(&pair.b).await?));
     }
     Ok(out)
+}
+
+/// Zero one layer's gradients (the fused, layer-by-layer backward).
+pub fn zero_row(gpu: &Gpu, row: &[Option<LoraPair>]) {
+    for pair in row.iter().flatten() {
+        fill(gpu, &pair.a, 0.0);
+        fill(gpu, &pair.b, 0.0);
+    }
+}
+
+/// Zero every tensor of a set (gradients before a step).
+pub fn zero_set(gpu: &Gpu, set: &LoraSet) {
+    for (_, _, pair) in set.iter() {
+        fill(gpu, &pair.a, 0.0);
+        fill(gpu, &pair.b, 0.0);
+    }
 }

@@ -6,12 +6,13 @@
 //! exceeds the device's binding limit. [`quantized_checkpoint_f32`] gives the f32 values the
 //! GPU model then computes with (for reference fixtures).
 
-use crate::config::ModelConfig;
-use crate::error::{Error, Result};
-use crate::gpu::{Category, DType, Gpu, Tensor};
-use crate::kernels::quant;
-use crate::model::layout::{self, Proj};
-use crate::store::{Checkpoint, HostData, HostTensor};
+use crate::base::config::ModelConfig;
+use crate::base::dtype::{dequantize, quantize, DType};
+use crate::base::error::{Error, Result};
+use crate::base::host::{HostData, HostTensor};
+use crate::base::names::{self, Proj};
+use crate::formats::checkpoint::Checkpoint;
+use crate::gpu::{Category, Gpu, Tensor};
 
 /// How the frozen matrices (projections, embedding, untied lm_head) are kept on the GPU
 /// (`--weights stored|bf16|q8|q4`). Gradients are exact for the model so converted.
@@ -172,7 +173,7 @@ fn prepare_rows(t: &HostTensor, r0: usize, r1: usize, shape: &[usize], format: W
             u16_rows(&rows_f32(t, range).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect::<Vec<_>>())
         }
         (_, q @ (DType::Q8 | DType::Q4)) => {
-            let words = quant::quantize(&rows_f32(t, range), r1 - r0, cols, q);
+            let words = quantize(&rows_f32(t, range), r1 - r0, cols, q);
             bytemuck::cast_slice(&words).to_vec()
         }
     };
@@ -203,12 +204,12 @@ pub fn converted_f32(t: &HostTensor, format: WeightFormat) -> HostTensor {
         DType::F32 => v,
         DType::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
         DType::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-        q @ (DType::Q8 | DType::Q4) => quant::dequantize(&quant::quantize(&v, rows, cols, q), rows, cols, q),
+        q @ (DType::Q8 | DType::Q4) => dequantize(&quantize(&v, rows, cols, q), rows, cols, q),
     };
     HostTensor::from_f32(&t.shape, data)
 }
 
-/// Every tensor the model reads (in checkpoint order, see `layout::expected_tensors`) as the f32
+/// Every tensor the model reads (in checkpoint order, see `names::expected_tensors`) as the f32
 /// values the GPU model loaded with `format` computes with: projection weights and the
 /// embedding / lm_head tables converted like [`ModelWeights::load_as`] does, the rest widened.
 /// For reference fixtures of the quantized model (saved as an f32 checkpoint, they reload
@@ -217,7 +218,7 @@ pub fn quantized_checkpoint_f32(ckpt: &Checkpoint, format: WeightFormat) -> Resu
     let cfg = ckpt.config();
     let converted = converted_keys(cfg);
     let mut out = Vec::new();
-    for (name, shape) in layout::expected_tensors(cfg) {
+    for (name, shape) in names::expected_tensors(cfg) {
         let t = ckpt.tensor(&name)?;
         expect_shape(&name, &t, &shape)?;
         let t = if converted.contains(&name) { converted_f32(&t, format) } else { t.into_f32() };
@@ -229,9 +230,9 @@ pub fn quantized_checkpoint_f32(ckpt: &Checkpoint, format: WeightFormat) -> Resu
 /// The checkpoint keys whose matrices a [`WeightFormat`] converts.
 fn converted_keys(cfg: &ModelConfig) -> std::collections::HashSet<String> {
     let mut keys: std::collections::HashSet<String> =
-        (0..cfg.layers).flat_map(|i| Proj::all().map(|p| layout::proj_weight_key(i, p))).collect();
-    keys.insert(layout::EMBED_KEY.to_string());
-    keys.insert(layout::LM_HEAD_KEY.to_string());
+        (0..cfg.layers).flat_map(|i| Proj::all().map(|p| names::proj_weight_key(i, p))).collect();
+    keys.insert(names::EMBED_KEY.to_string());
+    keys.insert(names::LM_HEAD_KEY.to_string());
     keys
 }
 
@@ -290,20 +291,20 @@ impl ModelWeights {
             expect_shape(name, &t, shape)?;
             Ok(t)
         };
-        let embed_t = get(layout::EMBED_KEY, &[cfg.vocab, c])?;
+        let embed_t = get(names::EMBED_KEY, &[cfg.vocab, c])?;
         let embed = upload_row_chunks_as(gpu, &embed_t, format, Category::Weights)?;
         drop(embed_t);
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
-            let input_norm = upload_vector(gpu, &get(&layout::input_norm_key(i), &[c])?, Category::Weights)?;
-            let post_norm = upload_vector(gpu, &get(&layout::post_norm_key(i), &[c])?, Category::Weights)?;
+            let input_norm = upload_vector(gpu, &get(&names::input_norm_key(i), &[c])?, Category::Weights)?;
+            let post_norm = upload_vector(gpu, &get(&names::post_norm_key(i), &[c])?, Category::Weights)?;
             let mut proj = Vec::with_capacity(7);
             for p in Proj::all() {
                 let (out, inp) = p.dims(cfg);
-                let wt = get(&layout::proj_weight_key(i, p), &[out, inp])?;
+                let wt = get(&names::proj_weight_key(i, p), &[out, inp])?;
                 let w = upload_matrix_as(gpu, &wt, format, Category::Weights)?;
                 let b = if p.has_bias(cfg) {
-                    Some(upload_vector(gpu, &get(&layout::proj_bias_key(i, p), &[out])?, Category::Weights)?)
+                    Some(upload_vector(gpu, &get(&names::proj_bias_key(i, p), &[out])?, Category::Weights)?)
                 } else {
                     None
                 };
@@ -311,11 +312,11 @@ impl ModelWeights {
             }
             layers.push(LayerWeights { input_norm, post_norm, proj });
         }
-        let norm = upload_vector(gpu, &get(layout::FINAL_NORM_KEY, &[c])?, Category::Weights)?;
+        let norm = upload_vector(gpu, &get(names::FINAL_NORM_KEY, &[c])?, Category::Weights)?;
         let lm_head = if cfg.tie_word_embeddings {
             None
         } else {
-            Some(upload_row_chunks_as(gpu, &get(layout::LM_HEAD_KEY, &[cfg.vocab, c])?, format, Category::Weights)?)
+            Some(upload_row_chunks_as(gpu, &get(names::LM_HEAD_KEY, &[cfg.vocab, c])?, format, Category::Weights)?)
         };
         Ok(ModelWeights { embed, layers, norm, lm_head })
     }
@@ -324,11 +325,11 @@ impl ModelWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::testdata::{tiny_checkpoint, tiny_config};
     use crate::gpu_test;
     use crate::kernels::embedding::embedding_forward;
     use crate::kernels::matmul::{matmul_nt, reference};
     use crate::kernels::testutil::{assert_close, Rng};
-    use crate::store::testdata::{tiny_checkpoint, tiny_config};
 
     #[test]
     fn weight_format_parse() {
@@ -358,7 +359,7 @@ mod tests {
                 let out = gpu.zeros(&[ids.len(), cfg.hidden], DType::F32, Category::Activations).unwrap();
                 embedding_forward(gpu, &w.embed.chunks, w.embed.chunk_rows, &tids, &out);
                 let got = gpu.read_f32(&out).await.unwrap();
-                let table = f32s(layout::EMBED_KEY);
+                let table = f32s(names::EMBED_KEY);
                 let want: Vec<f64> = ids
                     .iter()
                     .flat_map(|&id| table[id as usize * cfg.hidden..(id as usize + 1) * cfg.hidden].iter().map(|&v| v as f64))
@@ -367,13 +368,13 @@ mod tests {
 
                 let mut rng = Rng::new(5);
                 let mut products: Vec<(String, &Tensor)> =
-                    vec![(layout::LM_HEAD_KEY.into(), &w.output_table().chunks[0])];
+                    vec![(names::LM_HEAD_KEY.into(), &w.output_table().chunks[0])];
                 for p in Proj::all() {
-                    products.push((layout::proj_weight_key(1, p), &w.layers[1].linear(p).w));
+                    products.push((names::proj_weight_key(1, p), &w.layers[1].linear(p).w));
                 }
                 for (name, wt) in products {
                     let (n, k) = (wt.rows(), wt.cols());
-                    let key = if name == layout::LM_HEAD_KEY && tie { layout::EMBED_KEY } else { name.as_str() };
+                    let key = if name == names::LM_HEAD_KEY && tie { names::EMBED_KEY } else { name.as_str() };
                     assert_eq!((wt.dtype, host[key].shape.clone()), (want_dtype, vec![n, k]), "{format:?} {key}");
                     let m = 7;
                     let x = rng.vec(m * k, 1.0);

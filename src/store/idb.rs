@@ -18,10 +18,9 @@
 //! origin's quota and whether its storage is persistent), and [`Scope`], the global
 //! scope (Window or Worker) that `web_files` fetches and sleeps through.
 
-use super::asyncio::AsyncChunkStore;
-use super::chunks::check_key;
-use super::human_bytes;
-use crate::error::{Error, Result};
+use super::{check_key, AsyncChunkStore};
+use crate::base::bytes::human_bytes;
+use crate::base::error::{Error, Result};
 use js_sys::{ArrayBuffer, Promise, Reflect, Uint8Array};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
@@ -143,7 +142,7 @@ fn quota_message(db: &str, key: &str, bytes: usize, estimate: Option<(u64, u64)>
     msg
 }
 
-/// Keys as in [`ChunkStore`](super::chunks::ChunkStore): '/'-separated non-empty
+/// Keys as in [`ChunkStore`](super::ChunkStore): '/'-separated non-empty
 /// segments, not "." or "..", no '\\' or NUL, not ending in ".tmp".
 /// Wait for an IndexedDB request to finish: its result, or the DOMException it failed
 /// with. The promise's resolve and reject functions are the request's handlers.

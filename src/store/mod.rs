@@ -1,287 +1,281 @@
-//! The weight store: a checkpoint's files held in memory (config.json, the
-//! safetensors file or its shards, tokenizer files), tensors read one at a time
-//! into host memory. The same code serves the browser (files handed over as
-//! bytes) and the native CLI ([`Checkpoint::open_dir`]).
+//! The weight store: a model kept as chunks (byte ranges of one tensor, or groups of small
+//! tensors, at most [`MAX_CHUNK_BYTES`] each) in a key-value store, plus
+//! `<model>/manifest.json`, written last, that says where every tensor lies and checksums
+//! every chunk, plus the model's small files (tokenizer.json, ...) under
+//! `<model>/files/<name>`, checksummed in the manifest too.
 //!
-//! Headers are parsed once at open; [`Checkpoint::tensor`] copies one tensor out.
+//! Backends: [`ChunkStore`] (sync) — a directory natively ([`dir::DirStore`]), memory
+//! ([`memory::MemoryStore`]) — and [`AsyncChunkStore`] (every operation a promise):
+//! IndexedDB in the browser (`idb::IdbStore`), any [`ChunkStore`] natively. The store
+//! implements the model's weight-source seam: [`source::StoreSource`] reads only the chunks a
+//! block or a set of embedding rows needs, and [`staged::StoreFetch`] stages them from an async
+//! store one load step at a time. Putting models in is `crate::import`'s job.
 
-pub mod asyncio;
-pub mod chunks;
-pub mod gguf_files;
-mod host;
+pub mod asyncstore;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod dir;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
-pub mod import;
+pub mod memory;
+pub mod source;
 pub mod staged;
-#[cfg(target_arch = "wasm32")]
-pub mod web_files;
-mod write;
 
-pub(crate) use host::decode;
-pub use host::{HostData, HostTensor};
-pub(crate) use write::encode_raw;
-pub use write::encode_safetensors;
+pub use asyncstore::AsyncChunkStore;
+#[cfg(not(target_arch = "wasm32"))]
+pub use dir::DirStore;
+pub use memory::MemoryStore;
+pub use source::StoreSource;
 
-use crate::config::{ConfigError, ModelConfig};
-use safetensors::{Dtype, SafeTensors};
-use std::collections::{BTreeMap, HashMap};
+use crate::base::bytes::fnv1a64;
+use crate::base::error::{Error, Result};
+use safetensors::Dtype;
+use serde::{Deserialize, Serialize};
 
-pub const CONFIG_FILE: &str = "config.json";
-pub const SINGLE_FILE: &str = "model.safetensors";
-pub const INDEX_FILE: &str = "model.safetensors.index.json";
-/// Other files read from a model directory when present.
-pub const OPTIONAL_FILES: [&str; 7] = [
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "generation_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-];
+/// Default most bytes of one chunk: 16 MiB, so that an import, which holds one chunk at a time
+/// (and a load, which reads one), stays well inside a phone's wasm memory.
+pub const MAX_CHUNK_BYTES: usize = 16 << 20;
 
-/// Why a checkpoint could not be opened or a tensor read; messages name the
-/// file and the tensor.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("{file}: missing from the model files")]
-    MissingFile { file: String },
-    #[error("neither {SINGLE_FILE} nor {INDEX_FILE} is among the model files")]
-    NoWeights,
-    #[error("{file}: not a safetensors file: {reason}")]
-    Safetensors { file: String, reason: String },
-    #[error("{file}: {reason}")]
-    Index { file: String, reason: String },
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("{tensor}: not found in {files}")]
-    MissingTensor { tensor: String, files: String },
-    #[error("{tensor} (in {file}): dtype {dtype} is not supported (F32, F64, BF16, F16 are)")]
-    Dtype { tensor: String, file: String, dtype: String },
-    #[error("{tensor}: expected shape {expected:?} (from config.json), found {found:?}")]
-    Shape { tensor: String, expected: Vec<usize>, found: Vec<usize> },
-    #[error("{tensor}: missing from the checkpoint (expected shape {expected:?} from config.json)")]
-    Missing { tensor: String, expected: Vec<usize> },
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
-    #[error(
-        "{tensor} (in {file}): element {element} is NaN or infinite; the file is damaged or holds a diverged model"
-    )]
-    NotFinite { tensor: String, file: String, element: usize },
+/// The manifest format this code writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// A key-value store of byte blobs. Keys are '/'-separated paths of non-empty
+/// segments (not "." or "..", no '\\', not ending in ".tmp").
+pub trait ChunkStore: Send + Sync {
+    /// Write (or replace) `key`.
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<()>;
+    /// Read `key`; an error naming it when it is missing.
+    fn get(&self, key: &str) -> Result<Vec<u8>>;
+    /// Remove `key` (nothing to do when it is missing).
+    fn delete(&self, key: &str) -> Result<()>;
+    /// Every key that starts with `prefix`, sorted.
+    fn keys(&self, prefix: &str) -> Result<Vec<String>>;
 }
 
-/// Where one tensor lies: file, dtype, shape and absolute byte range.
-#[derive(Clone, Debug)]
-struct Entry {
-    file: String,
-    dtype: Dtype,
-    shape: Vec<usize>,
-    start: usize,
-    end: usize,
+/// A key is '/'-separated segments, none empty, `.`, `..` or holding `\` or NUL, and not a
+/// `.tmp` name (the directory store's write-then-rename files). Every backend checks it.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    let bad_segment = |s: &str| s.is_empty() || s == "." || s == ".." || s.contains(['\\', '\0']);
+    if key.split('/').any(bad_segment) || key.ends_with(".tmp") {
+        return Err(Error::msg(format!("chunk store: {key:?} is not a valid key")));
+    }
+    Ok(())
 }
 
-/// A checkpoint: model.safetensors, or the shards listed in
-/// model.safetensors.index.json ("weight_map"), plus the json files.
-#[derive(Clone)]
-pub struct Checkpoint {
-    config: ModelConfig,
-    files: HashMap<String, Vec<u8>>,
-    /// tensor name → location, for every tensor the weights hold
-    entries: BTreeMap<String, Entry>,
+pub(crate) fn missing(key: &str) -> Error {
+    Error::msg(format!("chunk store: {key}: not found"))
 }
 
-impl std::fmt::Debug for Checkpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Checkpoint")
-            .field("config", &self.config)
-            .field("files", &self.files.keys().collect::<Vec<_>>())
-            .field("tensors", &self.entries.len())
-            .finish()
+/// Where a model's tensors lie in its chunks; stored as `<model>/manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`MANIFEST_VERSION`]
+    pub version: u32,
+    pub model: String,
+    /// The text of config.json.
+    pub config: String,
+    /// Every tensor of the checkpoint: layout order, then the others by name.
+    pub tensors: Vec<TensorEntry>,
+    /// Every chunk, in key order.
+    pub chunks: Vec<ChunkEntry>,
+    /// The small files stored with the model (those of [`OPTIONAL_FILES`](crate::base::names::OPTIONAL_FILES) it has), in that order.
+    #[serde(default)]
+    pub files: Vec<FileEntry>,
+}
+
+/// One tensor: its raw little-endian bytes as stored in the safetensors file are
+/// the concatenation of its pieces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorEntry {
+    /// The checkpoint's key: "model.layers.0.self_attn.q_proj.weight"
+    pub name: String,
+    /// As in the safetensors header: "F32", "BF16", ...
+    pub dtype: Dtype,
+    /// PyTorch order
+    pub shape: Vec<usize>,
+    /// In order; none for an empty tensor.
+    pub pieces: Vec<Piece>,
+}
+
+/// A byte range of one chunk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Piece {
+    /// The chunk's key
+    pub chunk: String,
+    /// Byte offset in the chunk
+    pub offset: usize,
+    /// Bytes
+    pub len: usize,
+}
+
+/// One chunk: its key, size and FNV-1a 64 checksum (16 hex digits).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChunkEntry {
+    /// `<model>/chunks/00000`, ...
+    pub key: String,
+    /// Size in bytes
+    pub bytes: usize,
+    /// [`fnv1a64`] of the bytes
+    pub fnv1a64: String,
+}
+
+/// One small file stored whole: tokenizer.json, ...
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Its name in the model directory: "tokenizer.json"
+    pub name: String,
+    /// `<model>/files/<name>`
+    pub key: String,
+    /// Size in bytes
+    pub bytes: usize,
+    /// [`fnv1a64`] of the bytes
+    pub fnv1a64: String,
+}
+
+/// `<model>/manifest.json`
+pub fn manifest_key(model: &str) -> String {
+    format!("{model}/manifest.json")
+}
+
+/// `<model>/chunks/00012`
+pub(crate) fn chunk_key(model: &str, i: usize) -> String {
+    format!("{model}/chunks/{i:05}")
+}
+
+/// `<model>/import.json`: the state of an unfinished import.
+pub fn import_key(model: &str) -> String {
+    format!("{model}/import.json")
+}
+
+/// `<model>/files/tokenizer.json`
+pub fn file_key(model: &str, name: &str) -> String {
+    format!("{model}/files/{name}")
+}
+
+pub(crate) fn check_model(model: &str) -> Result<()> {
+    check_key(model)?;
+    if model.contains('/') {
+        return Err(Error::msg(format!("model name {model:?}: must not contain '/'")));
+    }
+    Ok(())
+}
+
+/// The manifest entry of small file `name` of `model`.
+pub(crate) fn file_entry(model: &str, name: &str, bytes: &[u8]) -> FileEntry {
+    FileEntry { name: name.into(), key: file_key(model, name), bytes: bytes.len(), fnv1a64: fnv1a64(bytes) }
+}
+
+/// Write `bytes` under `key`, read them back and check them; their checksum.
+pub(crate) fn put_checked(store: &dyn ChunkStore, model: &str, key: &str, bytes: impl AsRef<[u8]>) -> Result<String> {
+    ready(put_checked_async(store, model, key, bytes))
+}
+
+/// Write `bytes` under `key`, read them back and check them; their checksum. Owned bytes
+/// are freed before the read-back, so that a chunk is held once.
+pub(crate) async fn put_checked_async<S: AsyncChunkStore + ?Sized>(
+    store: &S,
+    model: &str,
+    key: &str,
+    bytes: impl AsRef<[u8]>,
+) -> Result<String> {
+    let sum = fnv1a64(bytes.as_ref());
+    store.put(key, bytes.as_ref()).await?;
+    let len = bytes.as_ref().len();
+    drop(bytes);
+    let back = store.get(key).await?;
+    if back.len() != len || fnv1a64(&back) != sum {
+        return Err(Error::msg(format!("import {model}: {key} reads back other bytes than were written")));
+    }
+    Ok(sum)
+}
+
+/// Run an operation of a sync [`ChunkStore`] seen as an [`AsyncChunkStore`]: its futures
+/// are ready when first polled.
+pub(crate) fn ready<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use std::task::{Context, Poll, Waker};
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(r) => r,
+        Poll::Pending => Err(Error::msg("chunk store: a sync store's operation did not complete at once")),
     }
 }
 
-#[derive(serde::Deserialize)]
-struct IndexJson {
-    weight_map: BTreeMap<String, String>,
+/// `model`'s manifest; an error when it has none.
+pub fn read_manifest(store: &dyn ChunkStore, model: &str) -> Result<Manifest> {
+    ready(read_manifest_async(store, model))
 }
 
-/// The tensors of one safetensors file, with absolute byte ranges.
-fn read_header(file: &str, bytes: &[u8]) -> Result<Vec<(String, Entry)>, StoreError> {
-    let (n, meta) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| StoreError::Safetensors { file: file.to_string(), reason: e.to_string() })?;
-    let base = 8 + n;
-    Ok(meta
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| {
-            let (s, e) = info.data_offsets;
-            let entry = Entry {
-                file: file.to_string(),
-                dtype: info.dtype,
-                shape: info.shape.clone(),
-                start: base + s,
-                end: base + e,
-            };
-            (name, entry)
-        })
-        .collect())
+/// `model`'s manifest; an error when it has none.
+pub async fn read_manifest_async<S: AsyncChunkStore + ?Sized>(store: &S, model: &str) -> Result<Manifest> {
+    let bytes =
+        store.get(&manifest_key(model)).await.map_err(|e| Error::msg(format!("model {model}: no manifest ({e})")))?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::msg(format!("model {model}: {}: {e}", manifest_key(model))))
 }
 
-impl Checkpoint {
-    /// Files by name as in the model directory: "config.json", "model.safetensors"
-    /// or "model.safetensors.index.json" with its shards, optional tokenizer files.
-    /// When an index is present it wins over a single file.
-    pub fn from_files(files: HashMap<String, Vec<u8>>) -> Result<Checkpoint, StoreError> {
-        let config_bytes =
-            files.get(CONFIG_FILE).ok_or_else(|| StoreError::MissingFile { file: CONFIG_FILE.into() })?;
-        let config_text = std::str::from_utf8(config_bytes)
-            .map_err(|e| StoreError::Index { file: CONFIG_FILE.into(), reason: format!("not UTF-8: {e}") })?;
-        let config = ModelConfig::from_json(config_text)?;
+/// The complete models in `store` (those with a manifest) and their chunk bytes, by name.
+pub fn list_models(store: &dyn ChunkStore) -> Result<Vec<(String, u64)>> {
+    ready(list_models_async(store))
+}
 
-        let mut entries = BTreeMap::new();
-        if let Some(index_bytes) = files.get(INDEX_FILE) {
-            let index: IndexJson = serde_json::from_slice(index_bytes)
-                .map_err(|e| StoreError::Index { file: INDEX_FILE.into(), reason: e.to_string() })?;
-            // Each shard named by the weight map, once, in name order.
-            let mut shards: BTreeMap<&str, &str> = BTreeMap::new();
-            for (tensor, shard) in &index.weight_map {
-                shards.entry(shard.as_str()).or_insert(tensor.as_str());
-            }
-            let mut headers: HashMap<&str, HashMap<String, Entry>> = HashMap::new();
-            for (&shard, &tensor) in &shards {
-                let bytes = files.get(shard).ok_or_else(|| StoreError::Index {
-                    file: INDEX_FILE.into(),
-                    reason: format!(
-                        "weight_map names shard {shard} (for {tensor}), which is not among the model files"
-                    ),
-                })?;
-                headers.insert(shard, read_header(shard, bytes)?.into_iter().collect());
-            }
-            for (tensor, shard) in &index.weight_map {
-                let entry =
-                    headers.get(shard.as_str()).and_then(|h| h.get(tensor)).ok_or_else(|| StoreError::Index {
-                        file: INDEX_FILE.into(),
-                        reason: format!("weight_map puts {tensor} in {shard}, but {shard} does not hold it"),
-                    })?;
-                entries.insert(tensor.clone(), entry.clone());
-            }
-        } else if let Some(bytes) = files.get(SINGLE_FILE) {
-            entries.extend(read_header(SINGLE_FILE, bytes)?);
-        } else {
-            return Err(StoreError::NoWeights);
+/// The complete models in `store` (those with a manifest) and their chunk bytes, by name.
+pub async fn list_models_async<S: AsyncChunkStore + ?Sized>(store: &S) -> Result<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    for key in store.keys("").await? {
+        if let Some(model) = key.strip_suffix("/manifest.json").filter(|m| !m.contains('/')) {
+            let man = read_manifest_async(store, model).await?;
+            out.push((model.to_string(), man.chunks.iter().map(|c| c.bytes as u64).sum()));
         }
-        Ok(Checkpoint { config, files, entries })
     }
-
-    /// Read a model directory: config.json, the weights (single file or index
-    /// with shards) and whichever of [`OPTIONAL_FILES`] exist.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn open_dir(dir: &std::path::Path) -> Result<Checkpoint, StoreError> {
-        let read = |name: &str| -> Result<Vec<u8>, StoreError> {
-            let path = dir.join(name);
-            std::fs::read(&path).map_err(|source| StoreError::Io { path: path.display().to_string(), source })
-        };
-        let mut files = HashMap::new();
-        files.insert(CONFIG_FILE.to_string(), read(CONFIG_FILE)?);
-        if dir.join(INDEX_FILE).is_file() {
-            let index_bytes = read(INDEX_FILE)?;
-            let index: IndexJson = serde_json::from_slice(&index_bytes)
-                .map_err(|e| StoreError::Index { file: INDEX_FILE.into(), reason: e.to_string() })?;
-            let shards: std::collections::BTreeSet<&String> = index.weight_map.values().collect();
-            for shard in shards {
-                // A shard the index names but the directory lacks is reported by from_files.
-                if dir.join(shard).is_file() {
-                    files.insert(shard.clone(), read(shard)?);
-                }
-            }
-            files.insert(INDEX_FILE.to_string(), index_bytes);
-        } else if dir.join(SINGLE_FILE).is_file() {
-            files.insert(SINGLE_FILE.to_string(), read(SINGLE_FILE)?);
-        } else {
-            return Err(StoreError::Io {
-                path: dir.display().to_string(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("neither {SINGLE_FILE} nor {INDEX_FILE} is in this directory"),
-                ),
-            });
-        }
-        for name in OPTIONAL_FILES {
-            if dir.join(name).is_file() {
-                files.insert(name.to_string(), read(name)?);
-            }
-        }
-        Checkpoint::from_files(files)
-    }
-
-    /// The model config, parsed from config.json at open.
-    pub fn config(&self) -> &ModelConfig {
-        &self.config
-    }
-
-    /// Raw bytes of any file handed over (tokenizer.json, ...).
-    pub fn file(&self, name: &str) -> Option<&[u8]> {
-        self.files.get(name).map(|v| v.as_slice())
-    }
-
-    /// Every tensor the weights hold, sorted by name.
-    pub fn tensor_names(&self) -> Vec<String> {
-        self.entries.keys().cloned().collect()
-    }
-
-    /// Shape of a tensor without reading it.
-    pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.entries.get(name).map(|e| e.shape.as_slice())
-    }
-
-    /// Read one tensor: F32, F64 (narrowed to F32), BF16 or F16.
-    pub fn tensor(&self, name: &str) -> Result<HostTensor, StoreError> {
-        let entry = self.entries.get(name).ok_or_else(|| StoreError::MissingTensor {
-            tensor: name.to_string(),
-            files: self.weight_files().join(", "),
-        })?;
-        let bytes = self
-            .files
-            .get(&entry.file)
-            .and_then(|b| b.get(entry.start..entry.end))
-            .ok_or_else(|| StoreError::MissingFile { file: entry.file.clone() })?;
-        let t = host::decode(entry.dtype, &entry.shape, bytes).ok_or_else(|| StoreError::Dtype {
-            tensor: name.to_string(),
-            file: entry.file.clone(),
-            dtype: entry.dtype.to_string(),
-        })?;
-        if let Some(element) = t.first_non_finite() {
-            return Err(StoreError::NotFinite { tensor: name.to_string(), file: entry.file.clone(), element });
-        }
-        Ok(t)
-    }
-
-    /// Names of the safetensors files the weights come from.
-    fn weight_files(&self) -> Vec<String> {
-        let set: std::collections::BTreeSet<&String> = self.entries.values().map(|e| &e.file).collect();
-        if set.is_empty() {
-            return vec![if self.files.contains_key(INDEX_FILE) { INDEX_FILE } else { SINGLE_FILE }.to_string()];
-        }
-        set.into_iter().cloned().collect()
-    }
+    out.sort();
+    Ok(out)
 }
 
-/// Bytes in a readable form: "1.5 GiB (1610612736 bytes)".
-pub(crate) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} bytes");
+/// Remove a model, or what an interrupted import left of one: its manifest first (so it is
+/// no longer listed), then its import state, then its chunks and files.
+pub fn delete_model(store: &dyn ChunkStore, model: &str) -> Result<()> {
+    ready(delete_model_async(store, model))
+}
+
+/// Remove a model, or what an interrupted import left of one: its manifest first (so it is
+/// no longer listed), then its import state, then its chunks and files.
+pub async fn delete_model_async<S: AsyncChunkStore + ?Sized>(store: &S, model: &str) -> Result<()> {
+    check_model(model)?;
+    store.delete(&manifest_key(model)).await?;
+    store.delete(&import_key(model)).await?;
+    for key in store.keys(&format!("{model}/")).await? {
+        store.delete(&key).await?;
     }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
+    Ok(())
+}
+
+/// Small file `name` of a stored model (tokenizer.json, ...), checked against the manifest;
+/// None when the model was stored without it.
+pub async fn read_model_file<S: AsyncChunkStore + ?Sized>(
+    store: &S,
+    man: &Manifest,
+    name: &str,
+) -> Result<Option<Vec<u8>>> {
+    let Some(f) = man.files.iter().find(|f| f.name == name) else { return Ok(None) };
+    let bytes = store.get(&f.key).await?;
+    if bytes.len() != f.bytes || fnv1a64(&bytes) != f.fnv1a64 {
+        return Err(Error::msg(format!(
+            "model {}: {} ({}) is corrupt (size or checksum differs)",
+            man.model, name, f.key
+        )));
     }
-    format!("{v:.1} {} ({n} bytes)", UNITS[unit])
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]
-pub(crate) mod testdata;
-#[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::platform::test;
+
+    #[test]
+    fn keys_are_checked() {
+        for bad in ["", "a//b", "/a", "a/", "a/../b", ".", "a\\b", "x.tmp"] {
+            assert!(check_key(bad).is_err(), "{bad:?} accepted");
+        }
+        check_key("qwen2.5-0.5b/chunks/00003").expect("a valid key");
+        assert!(check_model("a/b").is_err());
+    }
+}

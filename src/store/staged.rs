@@ -1,13 +1,12 @@
 //! Sync reads over an async store: [`StagedChunks`] holds exactly the chunks fetched
 //! (awaited) for the next piece of sync work — a [`ResidentLoader`](crate::model::ResidentLoader)
-//! step, say — so that code written against [`ChunkStore`] (like [`StoreSource`](super::chunks::StoreSource))
+//! step, say — so that code written against [`ChunkStore`] (like [`StoreSource`](super::StoreSource))
 //! runs on IndexedDB's data while host memory holds about one block.
 
-use super::asyncio::AsyncChunkStore;
-use super::chunks::{ChunkStore, Manifest};
-use crate::config::ModelConfig;
-use crate::error::{Error, Result};
-use crate::model::stream::Fetch;
+use super::{AsyncChunkStore, ChunkStore, Manifest};
+use crate::base::config::ModelConfig;
+use crate::base::error::{Error, Result};
+use crate::model::source::Fetch;
 use crate::model::{step_tensors, LoadStep};
 use futures_util::future::LocalBoxFuture;
 use std::collections::{BTreeMap, BTreeSet};
@@ -70,7 +69,7 @@ impl ChunkStore for StagedChunks {
 
 /// Fetches a streamed model's weights from an async store step by step
 /// ([`Fetch`]): each step stages exactly the chunks it reads, dropping the previous step's,
-/// and the model reads them through a [`StoreSource`](super::chunks::StoreSource) over
+/// and the model reads them through a [`StoreSource`](super::StoreSource) over
 /// [`Self::staged`]. Also records the most host bytes staged at once.
 pub struct StoreFetch<S> {
     store: Arc<S>,
@@ -85,11 +84,11 @@ impl<S: AsyncChunkStore> StoreFetch<S> {
     pub fn new(store: Arc<S>, man: Manifest) -> Result<StoreFetch<S>> {
         let cfg = ModelConfig::from_json(&man.config)
             .map_err(|e| Error::msg(format!("model {}: config.json: {e}", man.model)))?;
-        let staged = Arc::new(StagedChunks::new([super::chunks::manifest_key(&man.model)]));
+        let staged = Arc::new(StagedChunks::new([super::manifest_key(&man.model)]));
         Ok(StoreFetch { store, staged, man, cfg, peak: AtomicUsize::new(0) })
     }
 
-    /// The staged chunks, to read through a [`StoreSource`](super::chunks::StoreSource).
+    /// The staged chunks, to read through a [`StoreSource`](super::StoreSource).
     pub fn staged(&self) -> Arc<StagedChunks> {
         self.staged.clone()
     }

@@ -3,9 +3,9 @@
 //! cursor, seed, losses and the configuration — so a single atomic rename
 //! replaces one complete state with the next. The metadata also holds an FNV-1a 64
 //! checksum of the state and of every tensor's bytes, so a file damaged on disk (or half
-//! written by something other than [`write_atomic`]) is refused, never read back as valid.
+//! written by something other than [`crate::platform::write_atomic`]) is refused, never read back as valid.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use std::collections::HashMap;
 
 /// Key of the JSON trainer state in the safetensors metadata.
@@ -90,33 +90,10 @@ pub fn decode<S: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Resul
     Ok((state, tensors))
 }
 
-/// Write `bytes` to `path` atomically: a temporary file in the same directory,
-/// flushed to disk, then renamed over the target. A crash leaves the old file or the new one.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    // A fixed name: a write killed half-way is overwritten by the next one, never left behind.
-    let tmp = dir.join(format!(".{name}.tmp"));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all(); // directory fsync is best effort (not supported everywhere)
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::platform::test;
 
     #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
     struct S {

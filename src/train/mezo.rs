@@ -14,7 +14,7 @@
 //! Perturbing in place costs one f32 rounding per pass, so after a step θ equals
 //! θ0 − lr·g·z up to ~3 ulps of |θ| (MeZO's reference implementation does the same).
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::gpu::{Category, Gpu, Tensor};
 use crate::kernels::perturb::{perturb, z_host};
 use crate::model::lora::{read_set, Lora, LoraSet};

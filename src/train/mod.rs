@@ -3,6 +3,7 @@
 //! clipping, and the learning-rate schedules of transformers.
 
 pub mod checkpoint;
+pub mod grad;
 pub mod mezo;
 pub mod optimizer;
 pub mod schedule;

@@ -8,8 +8,8 @@
 //! Checkpoint state uses PEFT's keys with torch's state names appended
 //! (".exp_avg", ".exp_avg_sq", ".momentum_buffer").
 
-use crate::error::{Error, Result};
-use crate::formats::peft;
+use crate::base::error::{Error, Result};
+use crate::base::names;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::elementwise::{fill, sum_squares};
 use crate::kernels::optimizer::{adamw_step, sgd_momentum_step, AdamW, Sgd};
@@ -145,8 +145,8 @@ fn same_structure(a: &LoraSet, b: &LoraSet) -> bool {
 fn keyed<'a>(set: &'a LoraSet, suffix: &str) -> Vec<(String, &'a Tensor)> {
     let mut out = Vec::new();
     for (i, p, pair) in set.iter() {
-        out.push((format!("{}{suffix}", peft::lora_a_key(i, p)), &pair.a));
-        out.push((format!("{}{suffix}", peft::lora_b_key(i, p)), &pair.b));
+        out.push((format!("{}{suffix}", names::lora_a_key(i, p)), &pair.a));
+        out.push((format!("{}{suffix}", names::lora_b_key(i, p)), &pair.b));
     }
     out
 }
@@ -375,22 +375,6 @@ impl Optimizer {
     }
 }
 
-/// Zero one layer's gradients (the fused, layer-by-layer backward).
-pub fn zero_row(gpu: &Gpu, row: &[Option<LoraPair>]) {
-    for pair in row.iter().flatten() {
-        fill(gpu, &pair.a, 0.0);
-        fill(gpu, &pair.b, 0.0);
-    }
-}
-
-/// Zero every tensor of a set (gradients before a step).
-pub fn zero_set(gpu: &Gpu, set: &LoraSet) {
-    for (_, _, pair) in set.iter() {
-        fill(gpu, &pair.a, 0.0);
-        fill(gpu, &pair.b, 0.0);
-    }
-}
-
 /// f64 reference of a whole step over flat host tensors (the set's tensors in PEFT order):
 /// the global clip, then torch's AdamW or SGD per tensor.
 #[cfg(test)]
@@ -448,22 +432,22 @@ pub mod reference {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::names::Proj;
     use crate::formats::peft::Adapter;
     use crate::gpu_test;
     use crate::kernels::testutil::{assert_close, Rng};
-    use crate::model::layout::Proj;
     use crate::model::lora::read_set;
     use crate::train::schedule::{Schedule, ScheduleKind};
 
     type Named = Vec<(String, Vec<usize>, Vec<f32>)>;
 
     fn tiny_adapter(seed: u64) -> Adapter {
-        let cfg = crate::store::testdata::tiny_config(false);
+        let cfg = crate::formats::testdata::tiny_config(false);
         Adapter::new_init(&cfg, 3, 6.0, &Proj::all(), seed)
     }
 
     fn upload(gpu: &Gpu, adapter: &Adapter) -> Lora {
-        let cfg = crate::store::testdata::tiny_config(false);
+        let cfg = crate::formats::testdata::tiny_config(false);
         Lora::from_adapter(gpu, &cfg, adapter).unwrap()
     }
 
@@ -677,7 +661,7 @@ mod tests {
 
     gpu_test!(async fn optimizer_zero_set(gpu) {
         let lora = upload(gpu, &tiny_adapter(2));
-        zero_set(gpu, &lora.params);
+        crate::model::lora::zero_set(gpu, &lora.params);
         for (k, _, v) in read_set(gpu, &lora.params).await.unwrap() {
             assert!(v.iter().all(|&x| x == 0.0), "{k} not zeroed");
         }

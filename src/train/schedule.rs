@@ -7,7 +7,7 @@
 //! setting lr = base·λ(0) at construction), so with warmup the first update has lr 0: AdamW's
 //! moments still take in that step's gradient, but the parameters do not move.
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// The shape of the schedule after warmup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

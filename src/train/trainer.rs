@@ -6,26 +6,29 @@
 //! optimizer moments are all in the checkpoint, and the GPU kernels reduce in a
 //! fixed order, so a resumed run repeats the uninterrupted run's losses.
 
+use crate::base::error::{Error, Result};
+use crate::base::names::Proj;
+use crate::base::rng::Rng;
 use crate::data::dataset::Example;
-use crate::error::{Error, Result};
 use crate::formats::batch::Batch;
 use crate::formats::peft::{Adapter, AdapterConfig};
-use crate::gpu::platform::now_ms;
 use crate::gpu::{Category, Gpu};
 use crate::kernels::elementwise::scale;
-use crate::kernels::testutil::Rng;
 use crate::model::block::Mode;
-use crate::model::layout::Proj;
+use crate::model::lora::zero_set;
 use crate::model::lora::{read_set, Lora, LoraPair, LoraSet};
 use crate::model::{Grads, Model};
+use crate::platform::now_ms;
 use crate::train::checkpoint::{self, NamedF32};
 use crate::train::mezo::{mezo_step, MezoConfig};
-use crate::train::optimizer::{zero_set, Optimizer, OptimizerConfig, OptimizerKind};
+use crate::train::optimizer::{Optimizer, OptimizerConfig, OptimizerKind};
 use crate::train::schedule::{Schedule, ScheduleKind};
 use serde::{Deserialize, Serialize};
 
 /// Everything that defines a run. Defaults suit personalizing a small model on a few dozen examples.
+/// The app sends it too (snake_case; see `runtime::train_config_from_app`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct TrainConfig {
     pub rank: usize,
     pub alpha: f64,

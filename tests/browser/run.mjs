@@ -551,6 +551,12 @@ try {
       // The run was closed by the import: resume it from the store (it is done).
       out.stored = await wt.resume('api');
       out.notFound = await wt.resumeSession('no-such-run').then(() => null, (e) => ({ name: e.name, message: e.message, isError: e instanceof Error }));
+      // Values the engine cannot read are refused, naming the field.
+      const refused = (p) => p.then(() => null, (e) => ({ name: e.name, message: e.message }));
+      out.badConfig = await refused(wt.train({ sessionId: 'bad-config', config: { ...config, lr: 'fast' }, dataset }));
+      out.unknownField = await refused(wt.train({ sessionId: 'bad-config', config: { ...config, learningRate: 1e-3 }, dataset }));
+      out.badMessages = await refused(wt.generate([{ role: 'user', content: 'hi' }, { role: 'user' }], { maxNewTokens: 2 }));
+      out.badOptions = await refused(wt.generate(question, { maxNewTokens: 'many' }));
       const mem = await wt.memory();
       out.memory = { peak: mem.peak, categories: Object.keys(mem.categories) };
       wt.close();
@@ -590,6 +596,14 @@ try {
     ok('resume(id) of a finished stored run', api.stored.reason === 'done' && api.stored.step === 8 && api.stored.losses.length === 8);
     ok('a missing session rejects with an Error named NotFound', api.notFound?.name === 'NotFound' && api.notFound.isError,
       api.notFound && `${api.notFound.name}: ${api.notFound.message}`);
+    ok('a train config field of the wrong type is refused with BadInput naming it', api.badConfig?.name === 'BadInput' && /field "lr"/.test(api.badConfig.message),
+      JSON.stringify(api.badConfig));
+    ok('… and an unknown one too', api.unknownField?.name === 'BadInput' && /unknown field "learning_rate"/.test(api.unknownField.message),
+      JSON.stringify(api.unknownField));
+    ok('a message without content is refused with BadInput naming it', api.badMessages?.name === 'BadInput' && /messages\[1\]: missing field `content`/.test(api.badMessages.message),
+      JSON.stringify(api.badMessages));
+    ok('… and a generate option of the wrong type', api.badOptions?.name === 'BadInput' && /field "maxNewTokens"/.test(api.badOptions.message),
+      JSON.stringify(api.badOptions));
     ok('memory() reports the categories', api.memory.peak > 0 && api.memory.categories.includes('lora'), api.memory.categories.join(','));
     ok('no page errors', errors.length === 0, errors.join(' | '));
     note(`answer: ${JSON.stringify(r.answer)}`);

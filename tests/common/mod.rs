@@ -1,99 +1,29 @@
-//! Shared helpers for the end-to-end training tests: a tiny random LlamaForCausalLM with the
-//! SmolLM2 tokenizer, built entirely in Rust (seeded), as model files in memory (the browser
-//! test hands them to `Checkpoint::from_files`) or written to a temporary directory (the CLI
-//! tests pass it to `webtune --model`).
+//! What the integration tests share (each tests/*.rs is its own crate and includes this
+//! module with `mod common;`, taking the parts it needs):
 //!
-//! The model: hidden 64, 2 layers, 4 heads of 16, 2 kv heads, intermediate 96, tied
-//! embeddings, vocab 49152 (SmolLM2's tokenizer), bf16 weights scaled so activations are O(1):
-//! embedding rows of RMS ≈ 1, projections uniform in ±√(3/in) (unit gain), norm weights ≈ 1.
+//! - [`stamp`]: a test written once for both runtimes: the sync [`test`] attribute, the async
+//!   [`both!`] stamper, [`log!`] and [`IN_BROWSER`]; and, below, the one
+//!   `wasm_bindgen_test_configure!` per test crate, which makes `wasm-pack test` run it in the
+//!   browser;
+//! - [`fixtures`]: the committed PyTorch + PEFT fixtures of tests/fixtures;
+//! - [`tiny_model`]: a tiny random LlamaForCausalLM with the SmolLM2 tokenizer, built in Rust
+//!   (seeded), as files in memory or (natively) in a temporary directory for `webtune --model`;
+//!   the CLI's `webtune tiny-model` includes this file (or tiny_model.rs alone) for it;
+//! - the values the native run hands to the browser run (scripts/test.sh), and [`TempDir`].
 
 #![allow(dead_code)] // each test file uses its own part
 
-use std::collections::HashMap;
-use webtune::config::ModelConfig;
-use webtune::kernels::testutil::Rng;
-use webtune::store::{encode_safetensors, HostData, HostTensor};
+pub mod fixtures;
+mod stamp;
+mod tiny_model;
 
-pub const TOKENIZER_JSON: &[u8] = include_bytes!("../fixtures/tokenizers/smollm2/tokenizer.json");
-pub const TOKENIZER_CONFIG: &[u8] = include_bytes!("../fixtures/tokenizers/smollm2/tokenizer_config.json");
-pub const CHAT_TEMPLATE: &[u8] = include_bytes!("../fixtures/tokenizers/smollm2/chat_template.jinja");
-pub const GENERATION_CONFIG: &str = r#"{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}"#;
+#[allow(unused_imports)] // a test file takes the ones it needs
+pub(crate) use stamp::{both, log, test, IN_BROWSER};
+#[allow(unused_imports)]
+pub use tiny_model::*;
 
-/// SmolLM2's vocabulary size (its tokenizer's, padded as the published model's embedding).
-pub const VOCAB: usize = 49152;
-
-/// config.json of the tiny model.
-pub fn tiny_config_json() -> String {
-    serde_json::json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 96,
-        "vocab_size": VOCAB,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "tie_word_embeddings": true,
-        "hidden_act": "silu",
-        "max_position_embeddings": 2048,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "torch_dtype": "bfloat16"
-    })
-    .to_string()
-}
-
-fn bf16(values: impl Iterator<Item = f32>) -> HostData {
-    HostData::BF16(values.map(|v| half::bf16::from_f32(v).to_bits()).collect())
-}
-
-/// Every file of the tiny model: config.json, model.safetensors (random bf16 weights from
-/// `seed`), the SmolLM2 tokenizer files and generation_config.json (eos 2 = `<|im_end|>`).
-pub fn tiny_model_files(seed: u64) -> HashMap<String, Vec<u8>> {
-    let config_json = tiny_config_json();
-    let cfg = ModelConfig::from_json(&config_json).expect("the tiny config parses");
-    let mut rng = Rng::new(seed);
-    let tensors: Vec<(String, HostTensor)> = webtune::model::layout::expected_tensors(&cfg)
-        .into_iter()
-        .map(|(name, shape)| {
-            let n: usize = shape.iter().product();
-            let data = if name.ends_with("norm.weight") {
-                // ≈ 1, a little uneven so the norms are not the identity
-                bf16((0..n).map(|_| 1.0 + 0.2 * (rng.uniform() as f32 - 0.5)))
-            } else if name.ends_with("embed_tokens.weight") {
-                // uniform in ±√3: RMS 1 per entry, so tokens are far apart in the (tied) output table
-                bf16(rng.vec(n, 3f32.sqrt()).into_iter())
-            } else if name.ends_with(".bias") {
-                bf16(rng.vec(n, 0.1).into_iter())
-            } else {
-                // (out, in): unit gain, uniform in ±√(3/in)
-                let fan_in = *shape.last().expect("a weight has a shape");
-                bf16(rng.vec(n, (3.0 / fan_in as f32).sqrt()).into_iter())
-            };
-            (name, HostTensor { shape, data })
-        })
-        .collect();
-    let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut files = HashMap::new();
-    files.insert("config.json".to_string(), config_json.into_bytes());
-    files.insert("model.safetensors".to_string(), encode_safetensors(&refs));
-    files.insert("tokenizer.json".to_string(), TOKENIZER_JSON.to_vec());
-    files.insert("tokenizer_config.json".to_string(), TOKENIZER_CONFIG.to_vec());
-    files.insert("chat_template.jinja".to_string(), CHAT_TEMPLATE.to_vec());
-    files.insert("generation_config.json".to_string(), GENERATION_CONFIG.as_bytes().to_vec());
-    files
-}
-
-/// One chat example as a JSONL line: `{"messages": [user q, assistant a]}`.
-pub fn chat_line(question: &str, answer: &str) -> String {
-    serde_json::json!({"messages": [
-        {"role": "user", "content": question},
-        {"role": "assistant", "content": answer}
-    ]})
-    .to_string()
-}
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 /// FNV-1a of a list of token ids, as a number that survives an f64 round trip (< 2^53): lets
 /// the browser run compare its tokenization with the native one through WEBTUNE_NATIVE_LOSSES.

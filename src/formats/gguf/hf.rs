@@ -10,9 +10,9 @@
 
 use super::tokenizer::tokenizer_files;
 use super::{dequantize_tensor, invalid, read_at, unsupported, Gguf, GgufError, TensorInfo};
-use crate::config::ModelConfig;
-use crate::model::layout::expected_tensors;
-use crate::store::{CONFIG_FILE, SINGLE_FILE};
+use crate::base::config::ModelConfig;
+use crate::base::names::expected_tensors;
+use crate::base::names::{CONFIG_FILE, SINGLE_FILE};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, Write};
@@ -126,7 +126,7 @@ fn gguf_name(hf: &str) -> Option<String> {
 /// at real sizes without a download. Written tensor by tensor into `w`; returns the bytes written.
 pub fn write_random_model<W: Write>(cfg: &ModelConfig, seed: u64, w: &mut W) -> std::io::Result<u64> {
     use super::write::{T_F16 as F16, T_F32 as F32};
-    use crate::config::Arch;
+    use crate::base::config::Arch;
     let arch = match cfg.arch {
         Arch::Llama => "llama",
         Arch::Qwen2 => "qwen2",
@@ -174,7 +174,7 @@ pub fn write_random_model<W: Write>(cfg: &ModelConfig, seed: u64, w: &mut W) -> 
         let (ty, bytes) = if shape.len() >= 2 { (F16, 2) } else { (F32, 4) };
         g.tensor_len(&name, &ne, ty, numel * bytes);
     }
-    let mut rng = crate::rng::Rng::new(seed);
+    let mut rng = crate::base::rng::Rng::new(seed);
     let mut buf = Vec::new();
     g.write(w, |i, w| {
         let shape = &tensors[i].1;
@@ -550,7 +550,7 @@ fn write_safetensors<R: Read + Seek, W: Write>(view: &HfView, r: &mut R, w: &mut
 
 /// The HF checkpoint files of a llama/qwen2 GGUF, by name: config.json, model.safetensors,
 /// tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json
-/// (ready for [`crate::store::Checkpoint::from_files`]).
+/// (ready for [`crate::formats::checkpoint::Checkpoint::from_files`]).
 pub fn gguf_to_hf_files<R: Read + Seek>(r: &mut R) -> Result<HashMap<String, Vec<u8>>> {
     gguf_to_hf_files_with_summary(r).map(|(files, _)| files)
 }

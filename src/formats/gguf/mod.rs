@@ -25,21 +25,9 @@ pub use hf::{
 };
 pub use quants::{dequantize, GgmlType};
 
+pub use crate::base::error::GgufError;
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
-
-/// Why a GGUF was refused; every message names the field, key or tensor and the value.
-#[derive(Debug, thiserror::Error)]
-pub enum GgufError {
-    /// The file is not well-formed GGUF.
-    #[error("GGUF: {0}")]
-    Invalid(String),
-    /// Well-formed, but not something the importer handles (a tensor type, an architecture, ...).
-    #[error("GGUF: {0}")]
-    Unsupported(String),
-    #[error("GGUF: {what}: {source}")]
-    Io { what: String, source: std::io::Error },
-}
 
 pub(crate) fn invalid(msg: impl Into<String>) -> GgufError {
     GgufError::Invalid(msg.into())
@@ -574,4 +562,4 @@ fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

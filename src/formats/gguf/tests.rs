@@ -2,13 +2,11 @@
 //! and on tests/fixtures/gguf/quants.gguf (random blocks and gguf-py's dequantization of them,
 //! written by gguf-py: scripts/make-gguf-fixtures.py).
 
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
-
 use super::hf::unpermute_rows;
 use super::*;
-use crate::data::Tokenizer;
-use crate::store::{Checkpoint, HostData};
+use crate::base::host::HostData;
+use crate::formats::checkpoint::{validate, Checkpoint};
+use crate::platform::test;
 
 const QUANTS: &[u8] = include_bytes!("../../../tests/fixtures/gguf/quants.gguf");
 
@@ -279,11 +277,11 @@ fn tiny_vocab() -> (Vec<String>, Vec<String>, Vec<i32>) {
 }
 
 /// (HF name, shape, values) of each tensor a tiny model should import to.
-type HfTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
+pub(crate) type HfTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
 
 /// A tiny llama/qwen2 GGUF (hidden 32, 4 heads of 8, 2 kv heads, intermediate 64, 1 layer) from
 /// HF-layout weights whose values are exact in bf16; Q/K rows permuted as llama.cpp does for llama.
-fn tiny_model(arch: &str, tied: bool) -> (Vec<u8>, HfTensors) {
+pub(crate) fn tiny_model(arch: &str, tied: bool) -> (Vec<u8>, HfTensors) {
     let (tokens, merges, types) = tiny_vocab();
     let (c, f, v) = (32usize, 64usize, tokens.len());
     let mut w = Writer::new();
@@ -365,7 +363,7 @@ fn converts_tiny_llama_and_qwen2_to_hf() {
         let (bytes, hf) = tiny_model(arch, tied);
         let files = gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("converts");
         let ckpt = Checkpoint::from_files(files.clone()).expect("opens as a checkpoint");
-        crate::model::layout::validate(&ckpt).expect("every tensor with its shape");
+        validate(&ckpt).expect("every tensor with its shape");
         let cfg = ckpt.config();
         assert_eq!((cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate), (32, 4, 2, 8, 64));
         assert_eq!((cfg.vocab, cfg.tie_word_embeddings, cfg.rope_theta), (262, tied, 50000.0));
@@ -378,16 +376,6 @@ fn converts_tiny_llama_and_qwen2_to_hf() {
             assert_eq!(&t.shape, shape, "{name}");
             assert_eq!(&t.to_f32(), want, "{arch} {name}");
         }
-
-        let tok = Tokenizer::from_checkpoint(&ckpt).expect("tokenizer loads");
-        let id = |t: &str| tok.token_id(t).expect("in vocab");
-        assert_eq!(tok.encode(" the", false).expect("enc"), vec![id("Ġthe")]);
-        assert_eq!(tok.encode("the 12", false).expect("enc"), vec![id("t"), id("he"), id("Ġ"), id("1"), id("2")]);
-        assert_eq!(tok.encode("<|im_start|>the", false).expect("enc"), vec![1, id("t"), id("he")]);
-        assert_eq!(tok.decode(&tok.encode("naïve 42!", false).expect("enc"), false).expect("dec"), "naïve 42!");
-        assert_eq!((tok.eos_ids(), tok.pad_id(), tok.added_prefix()), (&[2u32][..], Some(2), &[][..]));
-        let chat = tok.apply_chat_template(&[crate::data::Message::new("user", "hi")], false).expect("template");
-        assert_eq!(chat, "<|im_start|>hi<|im_end|>");
     }
 }
 
@@ -437,117 +425,5 @@ fn write_fuzz_seeds() {
         let (bytes, _) = tiny_model(arch, tied);
         gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("the seed converts");
         std::fs::write(dir.join(format!("tiny-{arch}.gguf")), bytes).expect("writes a seed");
-    }
-}
-
-/// Drive a future over memory files and a memory store: ready when first polled.
-fn run<T>(f: impl std::future::Future<Output = T>) -> T {
-    use std::task::{Context, Poll, Waker};
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("a memory future was not ready at once"),
-    }
-}
-
-/// A GGUF in memory that logs the length of every read.
-struct LoggedGguf {
-    file: crate::store::asyncio::MemoryFile,
-    reads: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
-}
-
-impl crate::store::asyncio::ByteSource for LoggedGguf {
-    fn describe(&self) -> String {
-        "tiny.gguf".into()
-    }
-    async fn size(&self) -> crate::error::Result<u64> {
-        self.file.size().await
-    }
-    async fn read(&self, start: u64, len: usize) -> crate::error::Result<Vec<u8>> {
-        self.reads.borrow_mut().push(len);
-        self.file.read(start, len).await
-    }
-}
-
-#[test]
-fn streamed_conversion_equals_the_whole_file_conversion() {
-    use crate::store::asyncio::{ByteSource, FileSet, MemoryFile, MemoryFiles};
-    use crate::store::chunks::MemoryStore;
-    use crate::store::gguf_files::GgufFiles;
-    use crate::store::import::{import_files, ImportOptions};
-    for (arch, tied) in [("llama", true), ("llama", false), ("qwen2", true)] {
-        let (bytes, _) = tiny_model(arch, tied);
-        let whole = gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("converts");
-        for (first_read, unit_bytes) in [(64, 64), (1000, 256), (1 << 20, UNIT_BYTES)] {
-            let reads = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-            let src = LoggedGguf {
-                file: MemoryFile { name: "tiny.gguf".into(), bytes: std::sync::Arc::new(bytes.clone()) },
-                reads: reads.clone(),
-            };
-            let files = run(GgufFiles::open_with(src, first_read, unit_bytes)).expect("opens");
-            let header_reads = reads.borrow().len();
-            assert!(first_read >= bytes.len() || header_reads > 1, "the prefix grew from {first_read} bytes");
-            for (name, want) in &whole {
-                let f = run(files.open(name)).expect("opens").unwrap_or_else(|| panic!("{name} is served"));
-                assert_eq!(run(f.size()).expect("size"), want.len() as u64, "{name}");
-                // Whole, then in odd pieces that cut rows and units anywhere.
-                assert_eq!(&run(f.read(0, want.len())).expect("reads"), want, "{arch} {name}");
-                let mut at = 0;
-                for step in [1usize, 7, 100, 3, 513].iter().cycle() {
-                    if at >= want.len() {
-                        break;
-                    }
-                    let n = (*step).min(want.len() - at);
-                    assert_eq!(run(f.read(at as u64, n)).expect("reads"), &want[at..at + n], "{name} at {at}");
-                    at += n;
-                }
-                let e = run(f.read(want.len() as u64 - 1, 2)).expect_err("past the end").to_string();
-                assert!(e.contains("beyond its end"), "{e}");
-            }
-            // Source reads after the header: one unit's bytes each (8 rows of a permuted Q at most).
-            let most = reads.borrow()[header_reads..].iter().copied().max().unwrap_or(0);
-            assert!(unit_bytes >= 1 << 20 || most <= unit_bytes.max(8 * 64), "{most} bytes read at once");
-
-            // The importer stores the same chunks from either.
-            let (a, b) = (MemoryStore::new(), MemoryStore::new());
-            let opts = ImportOptions { max_chunk: 1000, free_bytes: None };
-            let ma = run(import_files(&a, "m", &files, &opts, &mut |_| {})).expect("streamed import");
-            let mb =
-                run(import_files(&b, "m", &MemoryFiles::new(whole.clone()), &opts, &mut |_| {})).expect("whole import");
-            assert_eq!(ma, mb, "{arch}: same manifest");
-        }
-    }
-    // A file that cannot be converted is refused at open, naming it.
-    let (mut bad, _) = tiny_model("llama", true);
-    bad.truncate(bad.len() - 10);
-    let src = MemoryFile { name: "cut.gguf".into(), bytes: std::sync::Arc::new(bad) };
-    let e = run(GgufFiles::open_with(src, 64, 64)).err().expect("refused").to_string();
-    assert!(e.starts_with("cut.gguf: ") && e.contains("runs past the end of the file"), "{e}");
-}
-
-#[test]
-fn random_models_convert_at_preset_shapes() {
-    for preset in ["smollm2-135m", "qwen2.5-0.5b"] {
-        let mut cfg = crate::config::ModelConfig::preset(preset).expect("preset");
-        (cfg.layers, cfg.vocab) = (1, 300);
-        let mut bytes = Vec::new();
-        let n = write_random_model(&cfg, 3, &mut bytes).expect("writes");
-        assert_eq!(n, bytes.len() as u64);
-        let files = gguf_to_hf_files(&mut std::io::Cursor::new(&bytes[..])).expect("converts");
-        let ckpt = Checkpoint::from_files(files).expect("opens");
-        crate::model::layout::validate(&ckpt).expect("every tensor with its shape");
-        let got = ckpt.config();
-        assert_eq!(
-            (got.arch, got.hidden, got.heads, got.kv_heads, got.head_dim),
-            (cfg.arch, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim)
-        );
-        assert_eq!(
-            (got.intermediate, got.vocab, got.qkv_bias, got.tie_word_embeddings),
-            (cfg.intermediate, 300, cfg.qkv_bias, cfg.tie_word_embeddings)
-        );
-        let w = ckpt.tensor("model.layers.0.mlp.down_proj.weight").expect("present").to_f32();
-        assert!(w.iter().all(|x| x.abs() <= 0.0501) && w.iter().any(|&x| x != 0.0), "{preset}: small random weights");
-        let tok = Tokenizer::from_checkpoint(&ckpt).expect("tokenizer loads");
-        assert_eq!(tok.decode(&tok.encode("héllo 42", false).expect("enc"), false).expect("dec"), "héllo 42");
     }
 }

@@ -1,0 +1,54 @@
+//! Reading results back: a mapped copy, awaited through the map callback (the event loop
+//! drives it in the browser; natively the device is polled), and [`Gpu::sync`].
+
+use super::{Category, DType, Gpu, GpuError, Tensor};
+use crate::platform;
+
+impl Gpu {
+    /// Read a tensor's raw bytes back (flushes pending work first).
+    pub async fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>, GpuError> {
+        let size = t.bytes();
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let _acct = self.alloc.track(Category::Staging, size);
+        {
+            let mut guard = self.encoder();
+            if let Some(enc) = guard.as_mut() {
+                enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, size);
+            }
+        }
+        self.flush();
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        platform::poll_wait(&self.device);
+        rx.await
+            .map_err(|_| GpuError::Readback("map callback dropped".into()))?
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let out = {
+            let view = staging.get_mapped_range(..).map_err(|e| GpuError::Readback(e.to_string()))?;
+            view.to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Read an f32 tensor back (exactly `numel` values).
+    pub async fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>, GpuError> {
+        let bytes = self.read_bytes(t).await?;
+        let mut v: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+        v.truncate(t.numel());
+        Ok(v)
+    }
+
+    /// Wait until all submitted work has finished (benchmarks).
+    pub async fn sync(&self) -> Result<(), GpuError> {
+        let t = self.zeros(&[1], DType::F32, Category::Staging)?;
+        self.read_bytes(&t).await.map(|_| ())
+    }
+}

@@ -1,0 +1,45 @@
+// C = alpha · A · Bᵀ + bias + beta · C      (x·Wᵀ in Hugging Face's [out, in] layout)
+// Each invocation computes an 8×8 block of C, reading A and B in runs of 4 along K
+// straight from storage (no workgroup memory: the fastest shape on CPU emulators).
+struct Params {
+    M: u32, N: u32, K: u32,
+    ldb: u32,      // B row stride in storage words
+    alpha: f32, beta: f32,
+    has_bias: u32,
+    qoff: u32,     // quantized B: word offset of the (scale, offset) words, N · ldb
+    rank: u32,     // fused LoRA: r (the columns of lh and of lb or the rows of la)
+    ls: f32,       // fused LoRA: s / alpha
+    _q0: u32, _q1: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<{{A_ELEM}}>;      // A: (M, K) f32
+@group(0) @binding(2) var<storage, read> b: array<{{B_ELEM}}>;      // B: (N, K) f32, packed 16-bit, or Q8/Q4 words
+@group(0) @binding(3) var<storage, read> bias: array<f32>;          // bias: (N), read only if has_bias
+@group(0) @binding(4) var<storage, read_write> c: array<f32>;       // C: (M, N)
+{{LORA_BINDINGS}}
+{{UNPACK}}
+{{LOAD_A}}
+{{LOAD_B}}
+
+fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    if (m >= p.M) { return; }
+    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    for (var j = 0u; j < 8u; j++) {
+        let n = n0 + j;
+        if (n >= p.N) { return; }
+        var r = p.alpha * v[j];
+        if (p.has_bias != 0u) { r += bias[n]; }
+        let idx = m * p.N + n;
+        if (p.beta != 0.0) { r += p.beta * c[idx]; }
+        c[idx] = r;
+    }
+}
+
+@compute @workgroup_size({{WG_X}}, {{WG_Y}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m0 = gid.y * 8u;
+    let n0 = gid.x * 8u;
+    if (m0 >= p.M || n0 >= p.N) { return; }
+{{ACC_DECL}}
+{{LOOP}}{{LORA}}{{STORE}}
+}

@@ -1,0 +1,42 @@
+// C = alpha · Aᵀ · B + beta · C      (weight gradients: dB = s·dyᵀ·h, dA = s·gᵀ·x; contraction over tokens)
+// Each invocation computes an 8×8 block of C as a sum over K of outer products of
+// 8 contiguous values of a row of A and 8 of the same row of B.
+struct Params {
+    M: u32, N: u32, K: u32,
+    _p0: u32,
+    alpha: f32, beta: f32,
+    _p1: u32, _p2: u32,
+    _p3: u32, _p4: u32, _p5: u32, _p6: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<{{A_ELEM}}>;      // A: (K, M) f32
+@group(0) @binding(2) var<storage, read> b: array<{{B_ELEM}}>;      // B: (K, N) f32
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;       // C: (M, N)
+
+{{LOAD_A8}}
+{{LOAD_B8}}
+
+fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    if (m >= p.M) { return; }
+    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    for (var j = 0u; j < 8u; j++) {
+        let n = n0 + j;
+        if (n >= p.N) { return; }
+        var r = p.alpha * v[j];
+        let idx = m * p.N + n;
+        if (p.beta != 0.0) { r += p.beta * c[idx]; }
+        c[idx] = r;
+    }
+}
+
+@compute @workgroup_size({{WG_X}}, {{WG_Y}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m0 = gid.y * 8u;
+    let n0 = gid.x * 8u;
+    if (m0 >= p.M || n0 >= p.N) { return; }
+{{ACC_DECL}}
+    for (var k = 0u; k < p.K; k++) {
+{{BODY}}
+    }
+{{STORE}}
+}

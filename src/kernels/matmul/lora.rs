@@ -1,0 +1,85 @@
+//! LoRA riding on the frozen product it belongs to: the WGSL that adds s·h·Bᵀ to x·Wᵀ
+//! (forward, `nt`) or s·g·A to dy·W (input gradient, `nn`) in the accumulators of the big
+//! product, after its K loop and before its store, so the thin (tokens, out) product is
+//! never a pass of its own over the output.
+//!
+//! The term is added as `ls · lora` with ls = s / α into the accumulator that the store scales
+//! by α, so the result is α·(x·Wᵀ + (s/α)·h·Bᵀ) + bias, which for the α = 1 the model uses is
+//! exactly x·Wᵀ + s·h·Bᵀ + bias, summed in the same order by every variant.
+
+use crate::gpu::Tensor;
+
+/// The thin factors of a fused LoRA term: `nt`: h (M, r) and B (N, r); `nn`: g (M, r) and
+/// A (r, N); scaled by `scale` (LoRA's s).
+#[derive(Clone, Copy)]
+pub struct Fused<'a> {
+    pub left: &'a Tensor,
+    pub right: &'a Tensor,
+    pub scale: f32,
+}
+
+impl Fused<'_> {
+    /// r, the rank.
+    pub fn rank(&self) -> usize {
+        self.left.cols()
+    }
+}
+
+/// Bindings and loaders of `nt`'s fused term: `lh` (M, r) and `lb` (N, r), after C at binding 4.
+pub(super) const NT_BINDINGS: &str = "@group(0) @binding(5) var<storage, read> lh: array<f32>;   // h: (M, r)
+@group(0) @binding(6) var<storage, read> lb: array<f32>;   // LoRA B: (N, r)
+fn lora_h4(m: u32, t: u32) -> vec4<f32> {
+    let base = min(m, p.M - 1u) * p.rank;
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) { if (t + j < p.rank) { v[j] = lh[base + t + j]; } }
+    return v;
+}
+fn lora_b4(n: u32, t: u32) -> vec4<f32> {
+    let base = min(n, p.N - 1u) * p.rank;
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) { if (t + j < p.rank) { v[j] = lb[base + t + j]; } }
+    return v;
+}
+";
+
+/// `nt`'s fused term for a `rows`×8 block at (m0, n0): acc += ls · h (rows, r) · B (8, r)ᵀ.
+pub(super) fn nt_epilogue(rows: usize) -> String {
+    let mut s = String::from("    for (var t = 0u; t < p.rank; t += 4u) {\n");
+    for j in 0..8 {
+        s += &format!("        let l{j} = lora_b4(n0 + {j}u, t);\n");
+    }
+    for i in 0..rows {
+        s += &format!("        let h{i} = p.ls * lora_h4(m0 + {i}u, t);\n");
+        s += &format!(
+            "        acc{} += vec4<f32>(dot(h{i}, l0), dot(h{i}, l1), dot(h{i}, l2), dot(h{i}, l3));\n",
+            2 * i
+        );
+        s += &format!(
+            "        acc{} += vec4<f32>(dot(h{i}, l4), dot(h{i}, l5), dot(h{i}, l6), dot(h{i}, l7));\n",
+            2 * i + 1
+        );
+    }
+    s += "    }\n";
+    s
+}
+
+/// Bindings and loaders of `nn`'s fused term: `lg` (M, r) and `la` (r, N), after C at binding 3.
+pub(super) const NN_BINDINGS: &str = "@group(0) @binding(4) var<storage, read> lg: array<f32>;   // g: (M, r)
+@group(0) @binding(5) var<storage, read> la: array<f32>;   // LoRA A: (r, N)
+fn lora_a8(t: u32, n0: u32, lo: ptr<function, vec4<f32>>, hi: ptr<function, vec4<f32>>) {
+    var v: array<f32, 8>;
+    for (var j = 0u; j < 8u; j++) { if (n0 + j < p.N) { v[j] = la[t * p.N + n0 + j]; } }
+    *lo = vec4<f32>(v[0], v[1], v[2], v[3]); *hi = vec4<f32>(v[4], v[5], v[6], v[7]);
+}
+";
+
+/// `nn`'s fused term for a `rows`×8 block at (m0, n0): acc += ls · g (rows, r) · A (r, 8).
+pub(super) fn nn_epilogue(rows: usize) -> String {
+    let mut s = String::from("    for (var t = 0u; t < p.rank; t++) {\n        var llo: vec4<f32>; var lhi: vec4<f32>;\n        lora_a8(t, n0, &llo, &lhi);\n");
+    for i in 0..rows {
+        s += &format!("        let g{i} = p.ls * lg[min(m0 + {i}u, p.M - 1u) * p.rank + t];\n");
+        s += &format!("        acc{} += g{i} * llo; acc{} += g{i} * lhi;\n", 2 * i, 2 * i + 1);
+    }
+    s += "    }\n";
+    s
+}

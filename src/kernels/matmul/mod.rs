@@ -1,0 +1,375 @@
+//! General matrix products:
+//!
+//! - [`matmul_nt`]: C = α·A·Bᵀ + bias + β·C — x·Wᵀ against HF's [out, in] weights (forward),
+//!   and the thin LoRA products h = x·Aᵀ and s·h·Bᵀ.
+//! - [`matmul_nn`]: C = α·A·B + β·C — dy·W (input gradient of a frozen linear) and the LoRA
+//!   backward products g = dy·B, s·g·A.
+//! - [`matmul_tn`]: C = α·Aᵀ·B + β·C — LoRA weight gradients dB = s·dyᵀ·h and dA = s·gᵀ·x.
+//!
+//! B may be f32, packed bf16/f16, or blockwise quantized Q8/Q4 (`nt` and `nn` only), unpacked
+//! or dequantized in the shader; arithmetic is f32. Each product has a vectorised form used
+//! when the contiguous dimensions are multiples of 4 (8 for 16-bit rows in `nn`) and a scalar
+//! form for any shape; quantized rows are padded to whole groups, so their B loads are always
+//! vectorised, and `nt` walks K group by group, reading each group's (scale, offset) once.
+//!
+//! Variants ([`Variant`]), all checked against the same f64 reference:
+//! - [`blocked`]: 8×8 outputs per invocation, loads straight from storage; runs everywhere
+//!   and is the reference the others are checked against on the device before use.
+//! - [`shared`]: subgroup-shared rows of A (needs subgroups): 2–2.6× on CPU emulators.
+//!
+//! Which one runs is the device's choice ([`Gpu::choice`] under [`CHOICE`]), made by
+//! [`choose`] when a model is loaded; without a choice (or with `WEBTUNE_KERNELS=reference`)
+//! the register-blocked kernels run.
+
+mod blocked;
+pub mod lora;
+pub mod shared;
+
+pub use lora::Fused;
+
+use crate::base::error::Result;
+use crate::base::rng::Rng;
+use crate::gpu::{Category, DType, Gpu, Tensor};
+
+/// The key of the products' variant in the device's kernel choices.
+pub const CHOICE: &str = "matmul";
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    ldb: u32,
+    alpha: f32,
+    beta: f32,
+    has_bias: u32,
+    /// quantized B: word offset of the group parameters (rows · ldb)
+    qoff: u32,
+    /// fused LoRA: its rank (0: none) and s / α
+    rank: u32,
+    ls: f32,
+    _q: [u32; 2],
+}
+
+impl Params {
+    /// The fused LoRA fields for `lora` at scale α.
+    fn with_lora(mut self, lora: Option<Fused>) -> Params {
+        if let Some(l) = lora {
+            self.rank = l.rank() as u32;
+            self.ls = if self.alpha != 0.0 { l.scale / self.alpha } else { 0.0 };
+        }
+        self
+    }
+}
+
+/// How `nt` and `nn` are computed on this device (`tn`, whose contraction runs over tokens,
+/// is always register-blocked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    Blocked,
+    /// Subgroup-shared A rows, with subgroups of this many invocations.
+    Shared {
+        sg: usize,
+        shape: shared::Shape,
+    },
+}
+
+impl Variant {
+    pub fn name(self) -> String {
+        match self {
+            Variant::Blocked => "blocked".into(),
+            Variant::Shared { sg, shape } => format!("{}/sg{sg}", shape.name()),
+        }
+    }
+
+    /// The variant a name stands for ([`Variant::name`]).
+    pub fn parse(s: &str) -> Option<Variant> {
+        if s == "blocked" {
+            return Some(Variant::Blocked);
+        }
+        // "shared16x8/8/sg8"
+        let rest = s.strip_prefix("shared")?;
+        let (rows, rest) = rest.split_once("x8/")?;
+        let (subgroups, sg) = rest.split_once("/sg")?;
+        let shape = shared::Shape { rows: rows.parse().ok()?, subgroups: subgroups.parse().ok()? };
+        (shape.rows % 8 == 0 && shape.rows > 0 && shape.subgroups > 0)
+            .then_some(Variant::Shared { sg: sg.parse().ok()?, shape })
+    }
+
+    /// The variant this device runs.
+    pub fn of(gpu: &Gpu) -> Variant {
+        gpu.choice(CHOICE).and_then(|s| Variant::parse(&s)).unwrap_or(Variant::Blocked)
+    }
+}
+
+fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) {
+    assert!(ok, "{what}: {}", detail());
+}
+
+/// C (M, N) = α · A (M, K) · Bᵀ + bias + β · C, with B (N, K) of any weight dtype (Q8/Q4
+/// quantized along K).
+pub fn matmul_nt(gpu: &Gpu, a: &Tensor, b: &Tensor, bias: Option<&Tensor>, c: &Tensor, alpha: f32, beta: f32) {
+    matmul_nt_with(gpu, Variant::of(gpu), a, b, bias, c, alpha, beta, None)
+}
+
+/// y (M, N) = x (M, K) · Wᵀ + bias + s · h (M, r) · Bᵀ with W (N, K) frozen of any weight
+/// dtype and LoRA's B (N, r): the forward of a LoRA linear in one pass over y (`lora.left` = h,
+/// `lora.right` = B, `lora.scale` = s).
+pub fn matmul_nt_lora(gpu: &Gpu, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, y: &Tensor, lora: Fused) {
+    matmul_nt_with(gpu, Variant::of(gpu), x, w, bias, y, 1.0, 0.0, Some(lora))
+}
+
+/// [`matmul_nt`] with the variant given, and a fused LoRA term when `lora` is some.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_nt_with(
+    gpu: &Gpu,
+    v: Variant,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    lora: Option<Fused>,
+) {
+    let (m, k, n) = (a.rows(), a.cols(), b.rows());
+    check("matmul_nt", b.cols() == k && c.rows() == m && c.cols() == n && a.dtype == DType::F32, || {
+        format!("A {:?} B {:?} C {:?}", a.shape, b.shape, c.shape)
+    });
+    if let Some(l) = lora {
+        check("matmul_nt LoRA", l.left.rows() == m && l.right.rows() == n && l.right.cols() == l.rank(), || {
+            format!("h {:?} B {:?} for C {:?}", l.left.shape, l.right.shape, c.shape)
+        });
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    match v {
+        // A thin product (LoRA's rank as M or N) has too few blocks for subgroups to share.
+        _ if m <= 8 || n <= 8 => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
+        Variant::Blocked => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
+        Variant::Shared { sg, shape } => shared::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, shape),
+    }
+}
+
+/// C (M, N) = α · A (M, K) · B (K, N) + β · C, with B of any weight dtype (Q8/Q4 quantized
+/// along N, i.e. a (K, N) matrix quantized by its own rows).
+pub fn matmul_nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta: f32) {
+    matmul_nn_with(gpu, Variant::of(gpu), a, b, c, alpha, beta, None)
+}
+
+/// dx (M, N) = β · dx + dy (M, K) · W + s · g (M, r) · A with W (K, N) frozen of any weight
+/// dtype and LoRA's A (r, N): the input gradient of a LoRA linear in one pass over dx
+/// (`lora.left` = g = dy·B, `lora.right` = A, `lora.scale` = s).
+pub fn matmul_nn_lora(gpu: &Gpu, dy: &Tensor, w: &Tensor, dx: &Tensor, beta: f32, lora: Fused) {
+    matmul_nn_with(gpu, Variant::of(gpu), dy, w, dx, 1.0, beta, Some(lora))
+}
+
+/// [`matmul_nn`] with the variant given, and a fused LoRA term when `lora` is some.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_nn_with(
+    gpu: &Gpu,
+    v: Variant,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    lora: Option<Fused>,
+) {
+    let (m, k, n) = (a.rows(), a.cols(), b.cols());
+    check("matmul_nn", b.rows() == k && c.rows() == m && c.cols() == n && a.dtype == DType::F32, || {
+        format!("A {:?} B {:?} C {:?}", a.shape, b.shape, c.shape)
+    });
+    if let Some(l) = lora {
+        check("matmul_nn LoRA", l.left.rows() == m && l.right.cols() == n && l.right.rows() == l.rank(), || {
+            format!("g {:?} A {:?} for C {:?}", l.left.shape, l.right.shape, c.shape)
+        });
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    match v {
+        _ if m <= 8 || n <= 8 => blocked::nn(gpu, a, b, c, alpha, beta, lora),
+        Variant::Blocked => blocked::nn(gpu, a, b, c, alpha, beta, lora),
+        Variant::Shared { sg, shape } => shared::nn(gpu, a, b, c, alpha, beta, lora, sg, shape),
+    }
+}
+
+/// C (M, N) = α · A (K, M)ᵀ · B (K, N) + β · C, all f32.
+pub fn matmul_tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta: f32) {
+    let (k, m, n) = (a.rows(), a.cols(), b.cols());
+    check(
+        "matmul_tn",
+        b.rows() == k && c.rows() == m && c.cols() == n && a.dtype == DType::F32 && b.dtype == DType::F32,
+        || format!("A {:?} B {:?} C {:?}", a.shape, b.shape, c.shape),
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    blocked::tn(gpu, a, b, c, alpha, beta)
+}
+
+/// 2·M·N·K: one multiply and one add per term.
+fn flops(m: usize, n: usize, k: usize) -> u64 {
+    2 * (m * n * k) as u64
+}
+
+/// The variants this device could run for `nt` and `nn`, the register-blocked first.
+pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
+    let mut out = vec![Variant::Blocked];
+    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    // The shared variant needs subgroups of one known size.
+    if gpu.info.subgroups && lo == hi && (4..=128).contains(&lo) {
+        for rows in [16, 8] {
+            out.push(Variant::Shared { sg: lo as usize, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });
+        }
+    }
+    out
+}
+
+/// Whether `v` computes what the register-blocked kernels compute on this device, on small
+/// random products of awkward shapes: `nt` and `nn` for every weight dtype, with bias, α and β.
+/// Results must agree to f32 rounding (the two sum in the same order, so they usually agree
+/// exactly).
+pub async fn agrees(gpu: &Gpu, v: Variant) -> Result<bool> {
+    let mut rng = Rng::new(0x6d6d);
+    for (m, k, n) in [(37, 72, 29), (19, 100, 44), (3, 7, 5)] {
+        let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+        let bias = gpu.upload_f32(&rng.vec(n, 1.0), &[n], Category::Scratch)?;
+        let c0 = rng.vec(m * n, 1.0);
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::Q8, DType::Q4] {
+            let w = rng.vec(n * k, 1.0);
+            let bt = gpu.upload_f32_as(&w, &[n, k], dtype, Category::Scratch)?;
+            let bn = gpu.upload_f32_as(&w, &[k, n], dtype, Category::Scratch)?;
+            let an = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+            let mut outs = Vec::new();
+            for variant in [Variant::Blocked, v] {
+                let ct = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+                matmul_nt_with(gpu, variant, &a, &bt, Some(&bias), &ct, 0.75, 0.5, None);
+                let cn = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+                matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
+                outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
+            }
+            let close = |x: &[f32], y: &[f32]| {
+                x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs())) && x.len() == y.len()
+            };
+            if !close(&outs[0].0, &outs[1].0) || !close(&outs[0].1, &outs[1].1) {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// One candidate as [`choose`] measured it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Measured {
+    pub variant: String,
+    /// ms of one `nt` and one `nn` at every shape (0 when it did not agree).
+    pub ms: f64,
+    /// Whether it computed what the register-blocked kernels compute.
+    pub agrees: bool,
+    pub chosen: bool,
+}
+
+/// Time every candidate that agrees with the register-blocked kernels ([`agrees`]) on `nt` and
+/// `nn` at `shapes` — (M, K, N): x (M, K) · W (N, K)ᵀ and dy (M, N) · W, W of `dtype` — best
+/// of `reps` after a warm-up, and run the fastest on this device from now on. With one
+/// candidate (no subgroups) nothing is timed.
+pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
+    let cands = candidates(gpu);
+    if cands.len() == 1 {
+        gpu.set_choice(CHOICE, None);
+        return Ok(Vec::new());
+    }
+    let mut rng = Rng::new(0x7e57);
+    let mut inputs = Vec::new();
+    for &(m, k, n) in shapes {
+        let x = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+        let dy = gpu.upload_f32(&rng.vec(m * n, 1.0), &[m, n], Category::Scratch)?;
+        let w = gpu.upload_f32_as(&rng.vec(n * k, 0.05), &[n, k], dtype, Category::Scratch)?;
+        let y = gpu.zeros(&[m, n], DType::F32, Category::Scratch)?;
+        let dx = gpu.zeros(&[m, k], DType::F32, Category::Scratch)?;
+        inputs.push((x, dy, w, y, dx));
+    }
+    let run = |v: Variant| {
+        for (x, dy, w, y, dx) in &inputs {
+            matmul_nt_with(gpu, v, x, w, None, y, 1.0, 0.0, None);
+            matmul_nn_with(gpu, v, dy, w, dx, 1.0, 0.0, None);
+        }
+    };
+    let mut out = Vec::new();
+    for v in cands {
+        if v != Variant::Blocked && !agrees(gpu, v).await? {
+            out.push(Measured { variant: v.name(), ms: 0.0, agrees: false, chosen: false });
+            continue;
+        }
+        run(v); // compile and warm up
+        gpu.sync().await?;
+        let mut best = f64::INFINITY;
+        for _ in 0..reps.max(1) {
+            let t0 = crate::platform::now_ms();
+            run(v);
+            gpu.sync().await?;
+            best = best.min(crate::platform::now_ms() - t0);
+        }
+        out.push(Measured { variant: v.name(), ms: best, agrees: true, chosen: false });
+    }
+    let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
+    if let Some(b) = best {
+        b.chosen = true;
+        let v = Variant::parse(&b.variant).unwrap_or(Variant::Blocked);
+        gpu.set_choice(CHOICE, (v != Variant::Blocked).then(|| v.name()));
+    }
+    Ok(out)
+}
+
+/// f64 references (row-major), used by the tests and benchmarks.
+pub mod reference {
+    /// C (M, N) = A (M, K) · B (N, K)ᵀ
+    pub fn nt(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|t| a[i * k + t] * b[j * k + t]).sum();
+            }
+        }
+        c
+    }
+    /// C (M, N) = A (M, K) · B (K, N)
+    pub fn nn(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for t in 0..k {
+                let av = a[i * k + t];
+                for j in 0..n {
+                    c[i * n + j] += av * b[t * n + j];
+                }
+            }
+        }
+        c
+    }
+    /// C (M, N) = A (K, M)ᵀ · B (K, N)
+    pub fn tn(a: &[f64], b: &[f64], k: usize, m: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for t in 0..k {
+            for i in 0..m {
+                let av = a[t * m + i];
+                for j in 0..n {
+                    c[i * n + j] += av * b[t * n + j];
+                }
+            }
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "bench.rs"]
+mod bench;

@@ -1,0 +1,188 @@
+//! Every variant against the f64 reference, at awkward shapes and every weight dtype.
+
+use super::*;
+use crate::gpu::Category;
+use crate::gpu_test;
+use crate::kernels::testutil::{assert_close, round_to, Rng};
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// The values a (rows, cols) matrix stands for once uploaded as `dtype`.
+fn as_stored(v: &[f32], rows: usize, cols: usize, dtype: DType) -> Vec<f32> {
+    match dtype {
+        DType::Q8 | DType::Q4 => {
+            crate::base::dtype::dequantize(&crate::base::dtype::quantize(v, rows, cols, dtype), rows, cols, dtype)
+        }
+        _ => v.iter().map(|&x| round_to(dtype, x)).collect(),
+    }
+}
+
+/// `nt` with every variant this device can run.
+async fn check_nt(gpu: &Gpu, m: usize, k: usize, n: usize, dtype: DType, bias: bool, beta: f32) {
+    for v in candidates(gpu) {
+        for rank in [0, 8, 5] {
+            check_nt_with(gpu, v, m, k, n, dtype, bias, beta, rank).await;
+        }
+    }
+}
+
+/// With `rank` > 0, a fused LoRA term s·h·Bᵀ (h: (m, rank), B: (n, rank)) rides along.
+#[allow(clippy::too_many_arguments)]
+async fn check_nt_with(
+    gpu: &Gpu,
+    v: Variant,
+    m: usize,
+    k: usize,
+    n: usize,
+    dtype: DType,
+    bias: bool,
+    beta: f32,
+    rank: usize,
+) {
+    let mut rng = Rng::new((m * 1000 + k * 10 + n) as u64);
+    let a = rng.vec(m * k, 1.0);
+    let b0 = rng.vec(n * k, 1.0);
+    let b = as_stored(&b0, n, k, dtype);
+    let bi = rng.vec(n, 1.0);
+    let c0 = rng.vec(m * n, 1.0);
+    let ta = gpu.upload_f32(&a, &[m, k], Category::Activations).unwrap();
+    let tb = gpu.upload_f32_as(&b0, &[n, k], dtype, Category::Weights).unwrap();
+    let tbias = gpu.upload_f32(&bi, &[n], Category::Weights).unwrap();
+    let tc = gpu.upload_f32(&c0, &[m, n], Category::Activations).unwrap();
+    let alpha = 0.75;
+    let r1 = rank.max(1); // rank 0: no LoRA term (the tensors are unused)
+    let (h, lb, s) = (rng.vec(m * r1, 1.0), rng.vec(n * r1, 1.0), 2.5f32);
+    let th = gpu.upload_f32(&h, &[m, r1], Category::Activations).unwrap();
+    let tlb = gpu.upload_f32(&lb, &[n, r1], Category::Lora).unwrap();
+    let fused = (rank > 0).then_some(Fused { left: &th, right: &tlb, scale: s });
+    matmul_nt_with(gpu, v, &ta, &tb, bias.then_some(&tbias), &tc, alpha, beta, fused);
+    let got = gpu.read_f32(&tc).await.unwrap();
+    let mut want = reference::nt(&f64s(&a), &f64s(&b), m, k, n);
+    if rank > 0 {
+        let lora = reference::nt(&f64s(&h), &f64s(&lb), m, rank, n);
+        for (w, l) in want.iter_mut().zip(&lora) {
+            *w += s as f64 / alpha as f64 * l;
+        }
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let w = &mut want[i * n + j];
+            *w = alpha as f64 * *w + beta as f64 * c0[i * n + j] as f64 + if bias { bi[j] as f64 } else { 0.0 };
+        }
+    }
+    assert_close(&format!("nt {} {m}x{k}x{n} {dtype:?} rank {rank}", v.name()), &got, &want, 1e-4, 1e-4);
+}
+
+/// `nn` with every variant this device can run.
+async fn check_nn(gpu: &Gpu, m: usize, k: usize, n: usize, dtype: DType, beta: f32) {
+    for v in candidates(gpu) {
+        for rank in [0, 8, 5] {
+            check_nn_with(gpu, v, m, k, n, dtype, beta, rank).await;
+        }
+    }
+}
+
+/// With `rank` > 0, a fused LoRA term s·g·A (g: (m, rank), A: (rank, n)) rides along.
+#[allow(clippy::too_many_arguments)]
+async fn check_nn_with(gpu: &Gpu, v: Variant, m: usize, k: usize, n: usize, dtype: DType, beta: f32, rank: usize) {
+    let mut rng = Rng::new((m * 7 + k * 100 + n) as u64);
+    let a = rng.vec(m * k, 1.0);
+    let b0 = rng.vec(k * n, 1.0);
+    let b = as_stored(&b0, k, n, dtype);
+    let c0 = rng.vec(m * n, 1.0);
+    let ta = gpu.upload_f32(&a, &[m, k], Category::Activations).unwrap();
+    let tb = gpu.upload_f32_as(&b0, &[k, n], dtype, Category::Weights).unwrap();
+    let tc = gpu.upload_f32(&c0, &[m, n], Category::Activations).unwrap();
+    let r1 = rank.max(1); // rank 0: no LoRA term (the tensors are unused)
+    let (g, la, s) = (rng.vec(m * r1, 1.0), rng.vec(r1 * n, 1.0), 0.5f32);
+    let tg = gpu.upload_f32(&g, &[m, r1], Category::Activations).unwrap();
+    let tla = gpu.upload_f32(&la, &[r1, n], Category::Lora).unwrap();
+    let fused = (rank > 0).then_some(Fused { left: &tg, right: &tla, scale: s });
+    matmul_nn_with(gpu, v, &ta, &tb, &tc, 1.5, beta, fused);
+    let got = gpu.read_f32(&tc).await.unwrap();
+    let mut want = reference::nn(&f64s(&a), &f64s(&b), m, k, n);
+    let lora = if rank > 0 { reference::nn(&f64s(&g), &f64s(&la), m, rank, n) } else { vec![0.0; m * n] };
+    for ((w, c), l) in want.iter_mut().zip(&c0).zip(&lora) {
+        *w = 1.5 * *w + beta as f64 * *c as f64 + s as f64 * l;
+    }
+    assert_close(&format!("nn {} {m}x{k}x{n} {dtype:?} rank {rank}", v.name()), &got, &want, 1e-4, 1e-4);
+}
+
+async fn check_tn(gpu: &Gpu, k: usize, m: usize, n: usize, beta: f32) {
+    let mut rng = Rng::new((m * 3 + k * 17 + n) as u64);
+    let a = rng.vec(k * m, 1.0);
+    let b = rng.vec(k * n, 1.0);
+    let c0 = rng.vec(m * n, 1.0);
+    let ta = gpu.upload_f32(&a, &[k, m], Category::Activations).unwrap();
+    let tb = gpu.upload_f32(&b, &[k, n], Category::Activations).unwrap();
+    let tc = gpu.upload_f32(&c0, &[m, n], Category::Grads).unwrap();
+    matmul_tn(gpu, &ta, &tb, &tc, -0.5, beta);
+    let got = gpu.read_f32(&tc).await.unwrap();
+    let mut want = reference::tn(&f64s(&a), &f64s(&b), k, m, n);
+    for (w, c) in want.iter_mut().zip(&c0) {
+        *w = -0.5 * *w + beta as f64 * *c as f64;
+    }
+    assert_close(&format!("tn {k}x{m}x{n}"), &got, &want, 1e-4, 1e-4);
+}
+
+gpu_test!(async fn matmul_nt_odd_shapes(gpu) {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        check_nt(gpu, 37, 53, 29, dtype, true, 0.0).await;
+        check_nt(gpu, 3, 7, 5, dtype, false, 1.0).await;
+    }
+});
+
+gpu_test!(async fn matmul_nt_vector_shapes(gpu) {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        check_nt(gpu, 37, 52, 44, dtype, true, 0.5).await;
+        check_nt(gpu, 70, 68, 9, dtype, false, 0.0).await;
+    }
+});
+
+gpu_test!(async fn matmul_nn_shapes(gpu) {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        check_nn(gpu, 37, 53, 29, dtype, 0.0).await;
+        check_nn(gpu, 37, 52, 44, dtype, 1.0).await;
+        check_nn(gpu, 19, 44, 72, dtype, 0.0).await;
+        check_nn(gpu, 5, 3, 7, dtype, 0.0).await;
+    }
+});
+
+// Quantized B: K (nt) or N (nn) not a multiple of the group, of 8 or of 4; several groups
+// with a partial last one; exactly two Q4 groups; one tiny case.
+gpu_test!(async fn matmul_nt_quantized(gpu) {
+    for dtype in [DType::Q8, DType::Q4] {
+        check_nt(gpu, 37, 53, 29, dtype, true, 0.0).await;
+        check_nt(gpu, 37, 128, 72, dtype, false, 0.5).await;
+        check_nt(gpu, 19, 100, 44, dtype, true, 1.0).await;
+        check_nt(gpu, 70, 70, 9, dtype, false, 0.0).await;
+        check_nt(gpu, 3, 7, 5, dtype, false, 1.0).await;
+    }
+});
+
+gpu_test!(async fn matmul_nn_quantized(gpu) {
+    for dtype in [DType::Q8, DType::Q4] {
+        check_nn(gpu, 37, 53, 29, dtype, 0.0).await;
+        check_nn(gpu, 37, 72, 128, dtype, 1.0).await;
+        check_nn(gpu, 19, 44, 100, dtype, 0.0).await;
+        check_nn(gpu, 9, 70, 70, dtype, 0.5).await;
+        check_nn(gpu, 5, 3, 7, dtype, 0.0).await;
+    }
+});
+
+gpu_test!(async fn matmul_tn_shapes(gpu) {
+    check_tn(gpu, 37, 29, 53, 0.0).await;
+    check_tn(gpu, 37, 44, 12, 1.0).await;
+    check_tn(gpu, 5, 3, 9, 1.0).await;
+});
+
+gpu_test!(async fn matmul_variants_agree_and_names_round_trip(gpu) {
+    for v in candidates(gpu) {
+        assert_eq!(Variant::parse(&v.name()), Some(v), "{}", v.name());
+        assert!(agrees(gpu, v).await.expect("runs"), "{} disagrees with the register-blocked kernels", v.name());
+    }
+    assert_eq!(Variant::parse("shared12x8/8/sg8"), None);
+    assert_eq!(Variant::parse("tiled"), None);
+});
