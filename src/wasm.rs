@@ -191,6 +191,15 @@ impl Engine {
         }
     }
 
+    /// For models loaded from now on, run the reference kernels (`true`) or the variants
+    /// measured fastest on this device (`false`, the default); `ModelInfo.kernels` says which.
+    #[wasm_bindgen(js_name = useReferenceKernels)]
+    pub fn use_reference_kernels(&self, on: bool) -> Result<(), JsValue> {
+        let mut rt = self.rt.try_borrow_mut().map_err(|_| busy())?;
+        rt.set_reference_kernels(on);
+        Ok(())
+    }
+
     /// The adapter, its backend, the granted limits and the optional features.
     #[wasm_bindgen(js_name = deviceInfo)]
     pub fn device_info(&self) -> Result<JsValue, JsValue> {

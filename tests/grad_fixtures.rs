@@ -80,12 +80,12 @@ fn native_loss(name: &str) -> Option<f32> {
         .and_then(|(_, v)| v.parse().ok())
 }
 
-/// Every product variant this device can run (`kernels::matmul::candidates`) must match the
+/// Every product variant this device can run (`kernels::matmul::runnable`) must match the
 /// reference; the register-blocked one (first) gives the loss compared across runtimes.
 async fn check_fixture(f: Fixture) {
-    use webtune::kernels::matmul::{candidates, Variant, CHOICE};
+    use webtune::kernels::matmul::{runnable, Variant, CHOICE};
     let gpu = webtune::kernels::testutil::test_gpu().await;
-    for v in candidates(&gpu).into_iter().skip(1) {
+    for v in runnable(&gpu).into_iter().skip(1) {
         gpu.set_choice(CHOICE, Some(v.name()));
         println!("{}: with {}", f.name, v.name());
         check(&f, &run(&gpu, &f).await);

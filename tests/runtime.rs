@@ -1,4 +1,4 @@
-//! The runtime the browser worker runs (src/runtime.rs), natively on a directory store: import
+//! The runtime the browser worker runs (src/runtime/), natively on a directory store: import
 //! the tiny model from files, load it block by block from the store, train, save the session,
 //! "reload the page" (a new runtime on the same store) and resume to the same losses as an
 //! uninterrupted run, export the adapter, import it into a fresh runtime and get the same greedy

@@ -246,7 +246,7 @@ export class Webtune {
   /** Load a stored model onto the GPU (one at a time; this closes any run in memory);
    *  `{ stream: true }` keeps only the block being computed there (see {@link LoadOptions}). */
   loadModel(name: string, weights: WeightFormat = 'stored', options: LoadOptions = {}): Promise<ModelInfo> {
-    return this.call('loadModel', [name, weights, options.stream ?? false]);
+    return this.call('loadModel', [name, weights, options.stream ?? false, options.referenceKernels ?? false]);
   }
 
   /** Tokens of one prompt → response chat example, as the trainer renders it. */

@@ -54,6 +54,10 @@ export interface LoadOptions {
    *  slow; load the model resident to chat fast).
    *  Default false (every weight resident). */
   stream?: boolean;
+  /** Run the reference kernels instead of the variants measured fastest on this GPU (each
+   *  variant is checked against the reference before use; this rules them out, to compare).
+   *  `ModelInfo.kernels` says which run. Default false. */
+  referenceKernels?: boolean;
 }
 
 /** LoRA target projections (short names). */

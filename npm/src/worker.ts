@@ -35,6 +35,7 @@ interface EngineApi {
   exampleTokens(prompt: string, response: string): number;
   startTraining(sessionId: string, config: EngineTrainConfig, dataset: string): Promise<SessionInfo>;
   setMemoryBudget(bytes: number | null): void;
+  useReferenceKernels(on: boolean): void;
   trainStep(): Promise<StepReport>;
   trainingDone(): boolean;
   saveSession(): Promise<void>;
@@ -202,9 +203,12 @@ const handlers: Handlers = {
   importHub: (id, name, base, repo, revision) =>
     gpu((e) => e.importHub(name, base, repo, revision, (data) => post({ event: 'progress', id, data }))),
   importFiles: (id, name, files) => gpu((e) => e.importFiles(name, files, (data) => post({ event: 'progress', id, data }))),
-  async loadModel(_id, name, weights, stream) {
+  async loadModel(_id, name, weights, stream, referenceKernels) {
     if (run?.loop) throw busyTraining();
-    const info = await gpu((e) => e.loadModel(name, weights, stream));
+    const info = await gpu((e) => {
+      e.useReferenceKernels(referenceKernels);
+      return e.loadModel(name, weights, stream);
+    });
     run = null; // loading a model closes the engine's run
     return info;
   },

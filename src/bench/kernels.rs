@@ -5,7 +5,7 @@ use crate::base::config::ModelConfig;
 use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu, Tensor};
-use crate::kernels::matmul::{matmul_nn, matmul_nt, matmul_tn};
+use crate::kernels::matmul::{matmul_nn_with, matmul_nt, matmul_nt_with, matmul_tn, runnable, Variant};
 use crate::platform::now_ms;
 
 /// One measured kernel.
@@ -36,7 +36,9 @@ fn rand(gpu: &Gpu, rng: &mut Rng, shape: &[usize], dtype: DType, cat: Category) 
     Ok(gpu.upload_f32_as(&rng.vec(n, 0.5), shape, dtype, cat)?)
 }
 
-/// The matmul products of one block at `tokens` tokens, forward and backward.
+/// The matmul products of one block at `tokens` tokens, forward and backward: the frozen
+/// products x·Wᵀ and dy·W with every variant this device can run ([`runnable`]; `chosen`
+/// marks the one [`crate::kernels::tune`] picked), and LoRA's thin products.
 pub async fn bench_matmuls(
     gpu: &Gpu,
     name: &str,
@@ -48,6 +50,7 @@ pub async fn bench_matmuls(
     let mut rng = Rng::new(7);
     let c = cfg.hidden;
     let mut out = Vec::new();
+    let chosen = Variant::of(gpu);
     let shapes = [
         ("q_proj", c, cfg.heads * cfg.head_dim),
         ("k_proj", c, cfg.kv_heads * cfg.head_dim),
@@ -59,27 +62,30 @@ pub async fn bench_matmuls(
         let x = rand(gpu, &mut rng, &[tokens, din], DType::F32, Category::Activations)?;
         let w = rand(gpu, &mut rng, &[dout, din], DType::BF16, Category::Weights)?;
         let y = gpu.zeros(&[tokens, dout], DType::F32, Category::Activations)?;
-        let flops = 2.0 * (tokens * din * dout) as f64;
-        let ms = time_it(gpu, reps, || matmul_nt(gpu, &x, &w, None, &y, 1.0, 0.0)).await?;
-        out.push(KernelTiming {
-            shape: name.into(),
-            kernel: format!("{proj} x·Wᵀ (nt, bf16)"),
-            dims: format!("{tokens}x{din}x{dout}"),
-            ms,
-            gflops: flops / ms / 1e6,
-            flops,
-        });
         let dy = rand(gpu, &mut rng, &[tokens, dout], DType::F32, Category::Activations)?;
         let dx = gpu.zeros(&[tokens, din], DType::F32, Category::Activations)?;
-        let ms = time_it(gpu, reps, || matmul_nn(gpu, &dy, &w, &dx, 1.0, 0.0)).await?;
-        out.push(KernelTiming {
-            shape: name.into(),
-            kernel: format!("{proj} dy·W (nn, bf16)"),
-            dims: format!("{tokens}x{dout}x{din}"),
-            ms,
-            gflops: flops / ms / 1e6,
-            flops,
-        });
+        let flops = 2.0 * (tokens * din * dout) as f64;
+        for v in runnable(gpu) {
+            let mark = if v == chosen { " *" } else { "" };
+            let ms = time_it(gpu, reps, || matmul_nt_with(gpu, v, &x, &w, None, &y, 1.0, 0.0, None)).await?;
+            out.push(KernelTiming {
+                shape: name.into(),
+                kernel: format!("{proj} x·Wᵀ nt bf16 {}{mark}", v.name()),
+                dims: format!("{tokens}x{din}x{dout}"),
+                ms,
+                gflops: flops / ms / 1e6,
+                flops,
+            });
+            let ms = time_it(gpu, reps, || matmul_nn_with(gpu, v, &dy, &w, &dx, 1.0, 0.0, None)).await?;
+            out.push(KernelTiming {
+                shape: name.into(),
+                kernel: format!("{proj} dy·W nn bf16 {}{mark}", v.name()),
+                dims: format!("{tokens}x{dout}x{din}"),
+                ms,
+                gflops: flops / ms / 1e6,
+                flops,
+            });
+        }
         // LoRA thin products
         let a = rand(gpu, &mut rng, &[rank, din], DType::F32, Category::Lora)?;
         let h = gpu.zeros(&[tokens, rank], DType::F32, Category::Activations)?;

@@ -187,10 +187,12 @@ pub async fn bench_train(
     let kind: OptimizerKind = bc.optimizer.parse()?;
     let adapter = Adapter::new_init(&cfg, bc.rank, bc.alpha, &targets, bc.seed);
     let batch = random_batch(&cfg, bc.seq, bc.seed);
-    let tuned = crate::kernels::tune(gpu, &cfg, bc.seq, bc.format.dtype(crate::gpu::DType::BF16)).await?;
-    for t in &tuned {
+    let dtype = bc.format.dtype(crate::gpu::DType::BF16);
+    let tuned = crate::kernels::tune(gpu, &cfg, bc.seq, dtype, &mut Default::default()).await?;
+    for t in &tuned.measured {
         progress(&format!(
-            "kernel variant {}: {}",
+            "kernel variant {} {}: {}",
+            t.family,
             t.variant,
             if !t.agrees {
                 "disagrees with the reference, not used".into()

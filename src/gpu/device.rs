@@ -53,6 +53,14 @@ impl Gpu {
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             subgroup_min_size: ai.subgroup_min_size,
             subgroup_max_size: ai.subgroup_max_size,
+            // A browser does not say its adapter is a CPU; SwiftShader names itself.
+            cpu: ai.device_type == wgpu::DeviceType::Cpu || {
+                let name = format!("{} {}", ai.name, ai.driver).to_lowercase();
+                ["swiftshader", "llvmpipe", "lavapipe"].iter().any(|s| name.contains(s))
+            },
+            vendor: ai.vendor,
+            device_id: ai.device,
+            driver: format!("{} {}", ai.driver, ai.driver_info).trim().to_string(),
         };
         let lost: Arc<Mutex<Option<String>>> = Arc::default();
         let on_lost = lost.clone();

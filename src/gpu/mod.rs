@@ -48,6 +48,12 @@ pub struct DeviceInfo {
     /// The smallest and largest subgroup the adapter may run (equal when it is fixed).
     pub subgroup_min_size: u32,
     pub subgroup_max_size: u32,
+    /// The adapter is a CPU (lavapipe, SwiftShader, WARP): software rendering.
+    pub cpu: bool,
+    /// PCI vendor and device ids and the driver's name and version, where the adapter says.
+    pub vendor: u32,
+    pub device_id: u32,
+    pub driver: String,
 }
 
 pub struct Gpu {

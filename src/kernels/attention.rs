@@ -24,12 +24,41 @@ const BWD_DKDV: &str = include_str!("attention_bwd_dkdv.wgsl");
 
 /// How the kernels split the work: rows per invocation (query rows in the forward and dq
 /// kernels, key rows in the dk/dv kernel) and invocations per workgroup.
-#[derive(Clone, Copy, Debug)]
-struct Tuning {
-    fwd: usize,
-    dq: usize,
-    dkdv: usize,
-    wg: usize,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    pub fwd: usize,
+    pub dq: usize,
+    pub dkdv: usize,
+    pub wg: usize,
+}
+
+impl Tuning {
+    /// "r8.8.4w16": rows per invocation of the forward, dq and dk/dv kernels, and the workgroup.
+    pub fn name(self) -> String {
+        format!("r{}.{}.{}w{}", self.fwd, self.dq, self.dkdv, self.wg)
+    }
+    pub fn parse(s: &str) -> Option<Tuning> {
+        VARIANTS.into_iter().find(|t| t.name() == s)
+    }
+}
+
+/// The key of attention's variant in the device's kernel choices.
+pub const CHOICE: &str = "attention";
+
+/// The tunings offered to the autotune: [`TUNING`] (the reference, for CPU emulators), and one
+/// row per invocation in small and larger workgroups, which gives a GPU 4–8 times the
+/// invocations to spread over its cores. The arithmetic of a row does not depend on the
+/// tuning, so all give the same results.
+pub const VARIANTS: [Tuning; 4] = [
+    TUNING,
+    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 16 },
+    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 64 },
+    Tuning { fwd: 2, dq: 2, dkdv: 1, wg: 32 },
+];
+
+/// The tuning this device runs.
+pub fn tuning_of(gpu: &Gpu) -> Tuning {
+    gpu.choice(CHOICE).and_then(|s| Tuning::parse(&s)).unwrap_or(TUNING)
 }
 
 /// Measured on lavapipe (see `attention_bench`): 8 rows per invocation reuse each loaded k, v,
@@ -224,7 +253,7 @@ pub fn attention_forward(
     o: &Tensor,
     lse: &Tensor,
 ) {
-    forward_with(gpu, s, q, k, v, mask, o, lse, TUNING)
+    forward_with(gpu, s, q, k, v, mask, o, lse, tuning_of(gpu))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -303,7 +332,7 @@ pub fn attention_backward(
     if s.rows() == 0 {
         return Ok(());
     }
-    backward_with(gpu, s, [q, k, v, o, d_o, lse], mask, [dq, dk, dv], TUNING)
+    backward_with(gpu, s, [q, k, v, o, d_o, lse], mask, [dq, dk, dv], tuning_of(gpu))
 }
 
 /// The three steps of the backward from [q, k, v, o, dO, lse] into [dq, dk, dv].
@@ -367,6 +396,68 @@ fn backward_dkdv(
     let mask = mask.unwrap_or(gpu.dummy());
     let w = groups(n.div_ceil(t.wg) as u32);
     gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dk, dv], w, pair_flops(s, 8));
+}
+
+/// Time every tuning ([`VARIANTS`]) on a forward and a backward at shape `s` (random inputs),
+/// after checking that it gives the reference tuning's results, and run the fastest on this
+/// device from now on.
+pub async fn choose(gpu: &Gpu, s: &AttnShape, reps: usize) -> Result<Vec<crate::kernels::tune::Measured>, GpuError> {
+    use crate::kernels::tune::{gpu_time, Measured};
+    let mut rng = crate::base::rng::Rng::new(0xa77e);
+    let up = |rng: &mut crate::base::rng::Rng, n: usize, shape: &[usize]| {
+        gpu.upload_f32(&rng.vec(n, 1.0), shape, Category::Scratch)
+    };
+    let n = s.batch * s.seq;
+    let (qd, kd) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    let (q, k, v, d_o) = (
+        up(&mut rng, n * qd, &[n, qd])?,
+        up(&mut rng, n * kd, &[n, kd])?,
+        up(&mut rng, n * kd, &[n, kd])?,
+        up(&mut rng, n * qd, &[n, qd])?,
+    );
+    let zeros = |shape: &[usize]| gpu.zeros(shape, DType::F32, Category::Scratch);
+    let (o, lse, dq, dk, dv) =
+        (zeros(&[n, qd])?, zeros(&[s.rows()])?, zeros(&[n, qd])?, zeros(&[n, kd])?, zeros(&[n, kd])?);
+    let mut reference: Option<Vec<Vec<f32>>> = None;
+    let mut out = Vec::new();
+    for t in VARIANTS {
+        let mut failed = None;
+        let mut run = || {
+            forward_with(gpu, s, &q, &k, &v, None, &o, &lse, t);
+            if let Err(e) = backward_with(gpu, s, [&q, &k, &v, &o, &d_o, &lse], None, [&dq, &dk, &dv], t) {
+                failed = Some(e);
+            }
+        };
+        run();
+        let mut got = Vec::new();
+        for x in [&o, &lse, &dq, &dk, &dv] {
+            got.push(gpu.read_f32(x).await?);
+        }
+        let agrees = match &reference {
+            None => true,
+            Some(r) => {
+                r.iter().zip(&got).all(|(a, b)| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs())))
+            }
+        };
+        if reference.is_none() {
+            reference = Some(got);
+        }
+        let ms = if agrees {
+            gpu_time(gpu, reps, &mut run).await.map_err(|e| GpuError::Readback(e.to_string()))?
+        } else {
+            0.0
+        };
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        out.push(Measured { family: CHOICE.into(), variant: t.name(), ms, agrees, chosen: false });
+    }
+    if let Some(best) = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms)) {
+        best.chosen = true;
+        let t = Tuning::parse(&best.variant).unwrap_or(TUNING);
+        gpu.set_choice(CHOICE, (t != TUNING).then(|| t.name()));
+    }
+    Ok(out)
 }
 
 /// f64 references that materialise the T×T probabilities (tests and benchmarks only).
@@ -632,11 +723,30 @@ mod tests {
         for (fwd, dq, dkdv, wg) in [(1, 1, 1, 8), (3, 3, 3, 16), (4, 4, 4, 64), (5, 2, 16, 32)] {
             check(gpu, &c, Tuning { fwd, dq, dkdv, wg }).await;
         }
+        // Every tuning the autotune may choose.
+        for t in VARIANTS {
+            check(gpu, &c, t).await;
+        }
         let s = shape(1, 11, 2, 1, 5);
         let c = case(gpu, s, Some(padding(&s, 0, 4)), 9);
         for (fwd, dq, dkdv, wg) in [(1, 1, 1, 8), (4, 3, 4, 16)] {
             check(gpu, &c, Tuning { fwd, dq, dkdv, wg }).await;
         }
+    });
+
+    gpu_test!(async fn attention_choose_checks_and_picks_a_tuning(gpu) {
+        let s = shape(1, 37, 4, 2, 16);
+        let m = choose(gpu, &s, 1).await.expect("chooses");
+        assert_eq!(m.len(), VARIANTS.len());
+        assert!(m.iter().all(|x| x.agrees && x.family == CHOICE), "{m:?}");
+        assert_eq!(m.iter().filter(|x| x.chosen).count(), 1, "{m:?}");
+        let chosen = m.iter().find(|x| x.chosen).map(|x| x.variant.clone());
+        assert_eq!(Some(tuning_of(gpu).name()), chosen);
+        for t in VARIANTS {
+            assert_eq!(Tuning::parse(&t.name()), Some(t));
+        }
+        gpu.set_choice(CHOICE, None);
+        assert_eq!(tuning_of(gpu), TUNING);
     });
 
     gpu_test!(async fn attention_backward_matches_finite_differences(gpu) {

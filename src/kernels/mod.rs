@@ -21,21 +21,9 @@ pub mod rope;
 pub mod swiglu;
 
 pub mod testutil;
+pub mod tune;
 
-/// Choose the device's kernel variants for a model of shape `cfg` trained or run on `tokens`
-/// tokens at a time with frozen weights stored as `dtype`: each candidate is checked against
-/// the reference kernel and timed at the model's own product shapes (the MLP's and the
-/// attention projections'), and the fastest runs from now on. Returns what was measured.
-pub async fn tune(
-    gpu: &crate::gpu::Gpu,
-    cfg: &crate::base::config::ModelConfig,
-    tokens: usize,
-    dtype: crate::base::dtype::DType,
-) -> crate::base::error::Result<Vec<matmul::Measured>> {
-    let m = tokens.clamp(1, 512);
-    let shapes = [(m, cfg.hidden, cfg.intermediate), (m, cfg.hidden, cfg.heads * cfg.head_dim)];
-    matmul::choose(gpu, &shapes, dtype, 2).await
-}
+pub use tune::{tune, TuneCache, Tuned};
 
 /// Replace each `{{KEY}}` in `src` with its value.
 pub fn render(src: &str, vars: &[(&str, String)]) -> String {

@@ -100,3 +100,13 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     }
     Ok(())
 }
+
+/// Where webtune keeps what it measured about this machine (the kernel choices):
+/// `$XDG_CACHE_HOME/webtune`, else `~/.cache/webtune`.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
+    };
+    Some(base.join("webtune"))
+}

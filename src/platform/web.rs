@@ -62,3 +62,8 @@ pub fn write_atomic(path: &std::path::Path, _bytes: &[u8]) -> std::io::Result<()
         format!("{}: there is no file system in the browser", path.display()),
     ))
 }
+
+/// No cache directory in the browser (the kernel choices are kept in the weight store).
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    None
+}

@@ -370,6 +370,7 @@ async function streamedTraining(context, native) {
   const r = await t.evaluate(async ({ config, dataset }) => {
     const wt = await window.__Webtune.open({ dbName: 'webtune-example' });
     const resident = await wt.loadModel('tiny');
+    const reference = await wt.loadModel('tiny', 'stored', { referenceKernels: true });
     const info = await wt.loadModel('tiny', 'stored', { stream: true });
     let memory = null;
     const done = await wt.train({ sessionId: 'streamed-run', config, dataset }, { onStep: (s) => (memory = s.memory) });
@@ -377,10 +378,13 @@ async function streamedTraining(context, native) {
     const listed = (await wt.listSessions()).find((s) => s.id === 'streamed-run');
     await wt.deleteSession('streamed-run');
     wt.close();
-    return { resident: resident.weightBytes, info, losses: done.losses, reason: done.reason, answer, listed: listed?.streamed,
+    return { resident: resident.weightBytes, kernels: [resident.kernels, reference.kernels, info.kernels], info, losses: done.losses, reason: done.reason, answer, listed: listed?.streamed,
       weightsPeak: memory?.categories.weights.peak, staged: memory?.stagedPeakBytes };
   }, { config: API_CONFIG, dataset: API_DATASET });
   await t.close();
+  ok('a loaded model says which kernel variants run (measured, or the reference when asked)',
+    r.kernels.every((k) => typeof k === 'string' && k.includes('matmul:') && k.includes('attention:')) && r.kernels[1].includes('reference'),
+    r.kernels.join(' | '));
   ok('a streamed model keeps only its final norm on the GPU at rest', r.info.streamed && r.info.weightBytes > 0 && r.info.weightBytes * 100 < r.resident,
     `${r.info.weightBytes} B of ${r.resident} B`);
   const worst = Math.max(...native.map((n, i) => Math.abs(r.losses[i] - n) / Math.abs(n)));

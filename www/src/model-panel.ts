@@ -274,6 +274,7 @@ function renderStatus(): void {
     h('span', { class: 'dot ok', 'aria-hidden': 'true' }),
     h('strong', {}, m.name),
     ` · ${m.modelType} · ${m.layers} layers · ${params(m.parameters)} parameters${w} · ${bytes(m.weightBytes)} on the GPU`,
+    h('span', { class: 'kernels', title: 'The kernel variants measured fastest on this GPU (checked against the reference kernels)' }, ` · kernels: ${m.kernels.replace(/^matmul: /, '')}`),
   );
 }
 

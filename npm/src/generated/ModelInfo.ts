@@ -16,4 +16,9 @@ weights: string,
  * Loaded streamed: each block is fetched from the store when a step needs it (see
  * `Runtime::load_model`).
  */
-streamed: boolean, };
+streamed: boolean, 
+/**
+ * The kernel variants chosen for this model on this device, in words
+ * ("matmul: shared16x8/8/sg8 (42.3 ms; blocked 75.5 ms, …)", "matmul: blocked (reference)").
+ */
+kernels: string, };

@@ -60,6 +60,35 @@ pub struct BenchTrainArgs {
 pub enum BenchCmd {
     /// Time each kernel at the SmolLM2-135M and Qwen2.5-0.5B shapes.
     Kernels(KernelsArgs),
+    /// Greedy generation at a model shape (random weights, a LoRA adapter applied unmerged):
+    /// prefill time, then milliseconds and tokens per second of decoding.
+    Decode(DecodeArgs),
+}
+
+#[derive(clap::Args)]
+pub struct DecodeArgs {
+    /// A preset (random weights at the published shape) or a Hugging Face model directory
+    #[arg(long, default_value = "smollm2-135m")]
+    shape: String,
+    /// Prompt tokens (prefilled at once)
+    #[arg(long, default_value_t = 32)]
+    prompt: usize,
+    /// New tokens, one at a time (the first two are not timed)
+    #[arg(long, default_value_t = 34)]
+    tokens: usize,
+    #[arg(long, default_value_t = 8)]
+    rank: usize,
+    /// Frozen weights on the GPU: bf16, q8 or q4 (stored = as in the files)
+    #[arg(long, default_value = "bf16")]
+    weights: String,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print where a decode step's time goes, kernel by kernel
+    #[arg(long)]
+    profile: bool,
+    /// Write the results as JSON here
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -220,6 +249,10 @@ pub async fn bench_kernels(a: KernelsArgs) -> Result<(), Fail> {
     let mut all = Vec::new();
     for name in ["smollm2-135m", "qwen2.5-0.5b"] {
         let cfg = webtune::base::config::ModelConfig::preset(name).map_err(input_err)?;
+        // The variant the autotune picks for this model ("*" below).
+        webtune::kernels::tune(&gpu, &cfg, tokens, webtune::gpu::DType::BF16, &mut Default::default())
+            .await
+            .map_err(lib_err)?;
         let t = webtune::bench::bench_matmuls(&gpu, name, &cfg, tokens, rank, reps)
             .await
             .map_err(|e| Fail(1, e.to_string()))?;
@@ -227,7 +260,10 @@ pub async fn bench_kernels(a: KernelsArgs) -> Result<(), Fail> {
         let t = webtune::bench::bench_ops(&gpu, name, &cfg, tokens, reps).await.map_err(|e| Fail(1, e.to_string()))?;
         all.extend(t);
     }
-    println!("{:<14} {:<34} {:>16} {:>9} {:>9} {:>12}", "shape", "kernel", "M×K×N", "ms", "GFLOP/s", "numpy GFLOP/s");
+    println!(
+        "{:<14} {:<44} {:>16} {:>9} {:>9} {:>12}",
+        "shape", "kernel (* = chosen)", "M×K×N", "ms", "GFLOP/s", "numpy GFLOP/s"
+    );
     for t in &all {
         let np = numpy
             .as_ref()
@@ -236,12 +272,69 @@ pub async fn bench_kernels(a: KernelsArgs) -> Result<(), Fail> {
             .and_then(|v| v.as_f64())
             .map(|g| format!("{g:.1}"))
             .unwrap_or_else(|| "-".into());
-        println!("{:<14} {:<34} {:>16} {:>9.3} {:>9.2} {:>12}", t.shape, t.kernel, t.dims, t.ms, t.gflops, np);
+        println!("{:<14} {:<44} {:>16} {:>9.3} {:>9.2} {:>12}", t.shape, t.kernel, t.dims, t.ms, t.gflops, np);
     }
     if let Some(p) = json {
         let v = serde_json::json!({ "adapter": gpu.info.adapter, "tokens": tokens, "rank": rank, "kernels": all, "numpy": numpy });
         std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap_or_default())
             .map_err(|e| Fail(1, format!("{}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+pub async fn bench_decode(a: DecodeArgs) -> Result<(), Fail> {
+    use webtune::bench::decode::{bench_decode, DecodeBenchConfig};
+    use webtune::model::source::{CheckpointSource, WeightSource};
+    use webtune::model::synthetic::SyntheticSource;
+    let format =
+        webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
+    let source: std::sync::Arc<dyn WeightSource> = if std::path::Path::new(&a.shape).is_dir() {
+        let ckpt =
+            webtune::formats::checkpoint::Checkpoint::open_dir(std::path::Path::new(&a.shape)).map_err(input_err)?;
+        webtune::formats::checkpoint::validate(&ckpt).map_err(input_err)?;
+        std::sync::Arc::new(CheckpointSource::new(ckpt))
+    } else {
+        let cfg = webtune::base::config::ModelConfig::preset(&a.shape).map_err(|e| Fail(2, format!("--shape: {e}")))?;
+        std::sync::Arc::new(SyntheticSource::new(cfg, a.seed))
+    };
+    let bc = DecodeBenchConfig {
+        shape: a.shape.clone(),
+        prompt_tokens: a.prompt,
+        new_tokens: a.tokens,
+        rank: a.rank,
+        weights: format.name().into(),
+        format,
+        seed: a.seed,
+        profile: a.profile,
+    };
+    let gpu = gpu().await?;
+    eprintln!(
+        "{}: {} prompt tokens, {} new (greedy, LoRA rank {} unmerged), {} weights, on {}",
+        a.shape,
+        a.prompt,
+        a.tokens,
+        a.rank,
+        format.name(),
+        gpu.info.adapter
+    );
+    let r = bench_decode(&gpu, source, &bc).await.map_err(lib_err)?;
+    println!(
+        "prefill {} tokens: {:.0} ms; decode: {:.1} ms/token, {:.2} tokens/s (over {} tokens)",
+        a.prompt,
+        r.prefill_ms,
+        r.ms_per_token,
+        r.tokens_per_s,
+        a.tokens - 2
+    );
+    if let Some((wall, p)) = &r.profile {
+        println!("\n{} decode steps: {:.0} ms, {} dispatches", a.tokens - 2, wall, p.calls());
+        print!("{}", p.table(*wall));
+    }
+    if let Some(p) = a.json {
+        let v = serde_json::json!({ "config": bc, "adapter": gpu.info.adapter, "result": r });
+        std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap_or_default())
+            .map_err(|e| Fail(1, format!("{}: {e}", p.display())))?;
+        eprintln!("wrote {}", p.display());
     }
     Ok(())
 }

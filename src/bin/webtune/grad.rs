@@ -61,6 +61,7 @@ pub async fn grad(a: GradArgs) -> Result<(), Fail> {
     let adapter = Adapter::open_dir(&adapter_dir).map_err(input_err)?;
     let text = std::fs::read_to_string(&batch).map_err(|e| Fail(2, format!("{}: {e}", batch.display())))?;
     let gpu = gpu().await?;
+    crate::tune(&gpu, ckpt.config(), 256, opts.weights.dtype(webtune::gpu::DType::F32)).await;
     // Each error names the input it is about: the model directory, the adapter directory or the batch file.
     let res =
         compute_grads_traced(&gpu, &ckpt, &adapter, &text, &opts).await.map_err(|(about, e)| match (about, e) {

@@ -82,6 +82,34 @@ async fn gpu() -> Result<Gpu, Fail> {
     Gpu::new().await.map_err(|e| Fail(1, e.to_string()))
 }
 
+/// Choose the kernel variants for a model of shape `cfg` on this device (kernels::tune), with
+/// the choices kept in `~/.cache/webtune/kernels.json` so a second run only checks them; prints
+/// what it chose. `WEBTUNE_KERNELS=reference` skips it (the reference kernels run).
+async fn tune(gpu: &Gpu, cfg: &webtune::base::config::ModelConfig, tokens: usize, dtype: webtune::gpu::DType) {
+    if std::env::var("WEBTUNE_KERNELS").is_ok_and(|v| v == "reference") {
+        return;
+    }
+    let path = webtune::platform::cache_dir().map(|d| d.join("kernels.json"));
+    let mut cache: webtune::kernels::TuneCache = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    match webtune::kernels::tune(gpu, cfg, tokens, dtype, &mut cache).await {
+        Ok(t) => {
+            eprintln!("kernels: {}", t.summary());
+            if let (false, Some(p)) = (t.cached, path) {
+                // Best effort: without the file the next run measures again.
+                let _ = webtune::platform::write_atomic(
+                    &p,
+                    serde_json::to_string_pretty(&cache).unwrap_or_default().as_bytes(),
+                );
+            }
+        }
+        Err(e) => eprintln!("kernels: the reference kernels run ({e})"),
+    }
+}
+
 /// Seconds as `42s`, `3m07s` or `1h05m`.
 fn fmt_secs(s: f64) -> String {
     let s = s.max(0.0).round() as u64;
@@ -118,5 +146,6 @@ async fn run(cli: Cli) -> Result<(), Fail> {
         Cmd::Generate(a) => generate::generate(a).await,
         Cmd::Bench { what: None, train } => bench::bench_train(train).await,
         Cmd::Bench { what: Some(bench::BenchCmd::Kernels(a)), .. } => bench::bench_kernels(a).await,
+        Cmd::Bench { what: Some(bench::BenchCmd::Decode(a)), .. } => bench::bench_decode(a).await,
     }
 }

@@ -108,6 +108,7 @@ pub async fn train(a: TrainArgs) -> Result<(), Fail> {
     let format =
         webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
     let gpu = gpu().await?;
+    crate::tune(&gpu, ckpt.config(), a.seq * a.batch, format.dtype(webtune::gpu::DType::BF16)).await;
     if let Some(mb) = a.memory_budget {
         if !(mb > 0.0 && mb.is_finite()) {
             return Err(Fail(2, format!("--memory-budget: {mb} (want a size in MB above 0)")));

@@ -12,10 +12,16 @@
 //! ne u64 × n_dims innermost first, type u32, offset u64); then, aligned to `general.alignment`
 //! (default 32), the tensor data, each tensor at its offset from there. A string is a u64 length
 //! and UTF-8 bytes; an array is an element type u32, a count u64 and the elements.
+//!
+//! Here: the parsed file ([`Gguf`]: header, metadata, the tensor table) and its typed getters,
+//! and reading a tensor's bytes. [`Value`] is in `value`, the bounded readers the parser reads
+//! through in `reader`, the conversion to a Hugging Face checkpoint in `hf`.
 
 mod hf;
 mod quants;
+mod reader;
 mod tokenizer;
+mod value;
 pub mod write;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -24,8 +30,10 @@ pub use hf::{
     gguf_to_hf_files, gguf_to_hf_files_with_summary, write_random_model, HfView, ImportSummary, Unit, UNIT_BYTES,
 };
 pub use quants::{dequantize, GgmlType};
+pub use value::Value;
 
 pub use crate::base::error::GgufError;
+use reader::{PastPrefix, Prefix, Src};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -43,106 +51,6 @@ const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// GGML_MAX_DIMS
 const MAX_DIMS: u32 = 4;
-/// Arrays nested deeper than this are refused (the recursion would otherwise follow the file).
-const MAX_ARRAY_DEPTH: usize = 4;
-/// Metadata values in all, array elements included: 4 Mi values bound the metadata's memory to
-/// ~128 MiB; the largest tokenizers (262k tokens, scores, types and merges) need under 1.1 Mi.
-const MAX_VALUES: u64 = 1 << 22;
-
-/// One metadata value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    U8(u8),
-    I8(i8),
-    U16(u16),
-    I16(i16),
-    U32(u32),
-    I32(i32),
-    U64(u64),
-    I64(i64),
-    F32(f32),
-    F64(f64),
-    Bool(bool),
-    String(String),
-    Array(Vec<Value>),
-}
-
-impl Value {
-    /// A non-negative integer of any width.
-    pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            Value::U8(v) => Some(v.into()),
-            Value::U16(v) => Some(v.into()),
-            Value::U32(v) => Some(v.into()),
-            Value::U64(v) => Some(v),
-            Value::I8(v) => u64::try_from(v).ok(),
-            Value::I16(v) => u64::try_from(v).ok(),
-            Value::I32(v) => u64::try_from(v).ok(),
-            Value::I64(v) => u64::try_from(v).ok(),
-            _ => None,
-        }
-    }
-
-    /// An integer of any width as i64 (u64 above i64::MAX is `None`).
-    pub fn as_i64(&self) -> Option<i64> {
-        match *self {
-            Value::I8(v) => Some(v.into()),
-            Value::I16(v) => Some(v.into()),
-            Value::I32(v) => Some(v.into()),
-            Value::I64(v) => Some(v),
-            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
-        }
-    }
-
-    /// An f32 (widened exactly) or f64.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Value::F32(v) => Some(v.into()),
-            Value::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_bool(&self) -> Option<bool> {
-        match *self {
-            Value::Bool(b) => Some(b),
-            _ => None,
-        }
-    }
-
-    pub fn as_array(&self) -> Option<&[Value]> {
-        match self {
-            Value::Array(a) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// The GGUF name of the value's type, for messages.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::U8(_) => "uint8",
-            Value::I8(_) => "int8",
-            Value::U16(_) => "uint16",
-            Value::I16(_) => "int16",
-            Value::U32(_) => "uint32",
-            Value::I32(_) => "int32",
-            Value::U64(_) => "uint64",
-            Value::I64(_) => "int64",
-            Value::F32(_) => "float32",
-            Value::F64(_) => "float64",
-            Value::Bool(_) => "bool",
-            Value::String(_) => "string",
-            Value::Array(_) => "array",
-        }
-    }
-}
 
 /// Where one tensor lies and how it is stored.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,131 +88,6 @@ pub struct Gguf {
     pub file_len: u64,
 }
 
-/// A reader that knows how many bytes are left, so every length can be checked before use.
-struct Src<'r, R> {
-    r: &'r mut R,
-    pos: u64,
-    len: u64,
-    /// Metadata values read so far (against [`MAX_VALUES`]).
-    values: u64,
-}
-
-impl<R: Read> Src<'_, R> {
-    fn left(&self) -> u64 {
-        self.len - self.pos
-    }
-
-    fn bytes<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
-        if self.left() < N as u64 {
-            return Err(invalid(format!("{}: the file ends at byte {} (truncated)", what(), self.len)));
-        }
-        let mut b = [0u8; N];
-        self.r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
-        self.pos += N as u64;
-        Ok(b)
-    }
-
-    fn u32(&mut self, what: &dyn Fn() -> String) -> Result<u32> {
-        self.bytes(what).map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self, what: &dyn Fn() -> String) -> Result<u64> {
-        self.bytes(what).map(u64::from_le_bytes)
-    }
-
-    /// Check that `count` items of at least `min_size` bytes each can fit in what is left.
-    fn check_count(&self, count: u64, min_size: u64, what: &dyn Fn() -> String) -> Result<()> {
-        if count.saturating_mul(min_size) > self.left() {
-            return Err(invalid(format!(
-                "{}: {count} is impossible: {count} × at least {min_size} bytes is more than the {} bytes left \
-                 in the file",
-                what(),
-                self.left()
-            )));
-        }
-        Ok(())
-    }
-
-    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
-        let n = self.u64(&|| format!("{}: string length", what()))?;
-        if n > self.left() {
-            return Err(invalid(format!(
-                "{}: string length {n} is more than the {} bytes left in the file",
-                what(),
-                self.left()
-            )));
-        }
-        let mut b = vec![0u8; n as usize];
-        self.r.read_exact(&mut b).map_err(|source| GgufError::Io { what: what(), source })?;
-        self.pos += n;
-        // Token strings may hold invalid UTF-8 in some vocabularies; keep them readable rather than refuse.
-        Ok(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
-    }
-
-    /// One value of type `ty`; `what` names it for messages.
-    fn value(&mut self, ty: u32, depth: usize, what: &dyn Fn() -> String) -> Result<Value> {
-        self.values += 1;
-        if self.values > MAX_VALUES {
-            return Err(invalid(format!("{}: more than {MAX_VALUES} metadata values in all", what())));
-        }
-        Ok(match ty {
-            0 => Value::U8(u8::from_le_bytes(self.bytes(what)?)),
-            1 => Value::I8(i8::from_le_bytes(self.bytes(what)?)),
-            2 => Value::U16(u16::from_le_bytes(self.bytes(what)?)),
-            3 => Value::I16(i16::from_le_bytes(self.bytes(what)?)),
-            4 => Value::U32(u32::from_le_bytes(self.bytes(what)?)),
-            5 => Value::I32(i32::from_le_bytes(self.bytes(what)?)),
-            6 => Value::F32(f32::from_le_bytes(self.bytes(what)?)),
-            7 => match self.bytes::<1>(what)?[0] {
-                0 => Value::Bool(false),
-                1 => Value::Bool(true),
-                b => return Err(invalid(format!("{}: bool byte {b} is neither 0 nor 1", what()))),
-            },
-            8 => Value::String(self.string(what)?),
-            9 => {
-                if depth >= MAX_ARRAY_DEPTH {
-                    return Err(invalid(format!("{}: arrays nested more than {MAX_ARRAY_DEPTH} deep", what())));
-                }
-                let elem = self.u32(&|| format!("{}: array element type", what()))?;
-                let min_size = value_min_size(elem)
-                    .ok_or_else(|| invalid(format!("{}: unknown array element type {elem}", what())))?;
-                let count = self.u64(&|| format!("{}: array length", what()))?;
-                self.check_count(count, min_size, &|| format!("{}: array length", what()))?;
-                if count > MAX_VALUES {
-                    return Err(invalid(format!("{}: array length {count} is over {MAX_VALUES}", what())));
-                }
-                if self.values + count > MAX_VALUES {
-                    return Err(invalid(format!("{}: more than {MAX_VALUES} metadata values in all", what())));
-                }
-                // Exactly as many as there are (growing by doubling would take up to twice the
-                // memory, and a vocabulary's three arrays are the largest allocations of a parse):
-                // at most MAX_VALUES, and each at least min_size bytes of the file.
-                let mut items = Vec::with_capacity(count as usize);
-                for i in 0..count {
-                    items.push(self.value(elem, depth + 1, &|| format!("{}[{i}]", what()))?);
-                }
-                Value::Array(items)
-            }
-            10 => Value::U64(u64::from_le_bytes(self.bytes(what)?)),
-            11 => Value::I64(i64::from_le_bytes(self.bytes(what)?)),
-            12 => Value::F64(f64::from_le_bytes(self.bytes(what)?)),
-            _ => return Err(invalid(format!("{}: unknown metadata value type {ty}", what()))),
-        })
-    }
-}
-
-/// The fewest bytes a value of a type can take (`None`: unknown type).
-fn value_min_size(ty: u32) -> Option<u64> {
-    Some(match ty {
-        0 | 1 | 7 => 1,
-        2 | 3 => 2,
-        4..=6 => 4,
-        8 | 10..=12 => 8,
-        9 => 12,
-        _ => return None,
-    })
-}
-
 impl Gguf {
     /// Parse header, metadata and tensor infos, checking every tensor lies inside the file.
     pub fn parse<R: Read + Seek>(r: &mut R) -> Result<Gguf> {
@@ -314,7 +97,7 @@ impl Gguf {
         };
         let len = r.seek(SeekFrom::End(0)).map_err(io("finding the file size"))?;
         r.seek(SeekFrom::Start(0)).map_err(io("seeking to the start"))?;
-        let mut src = Src { r, pos: 0, len, values: 0 };
+        let mut src = Src::new(r, len);
 
         let magic: [u8; 4] = src.bytes(&|| "header: magic".into())?;
         if &magic != MAGIC {
@@ -405,7 +188,7 @@ impl Gguf {
     /// metadata and tensor infos run past `prefix` (read more and try again). Every check is
     /// made against `file_len`, as [`Gguf::parse`] makes it.
     pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Option<Gguf>> {
-        let mut r = Prefix { bytes: prefix, len: file_len, pos: 0 };
+        let mut r = Prefix::new(prefix, file_len);
         match Gguf::parse(&mut r) {
             Err(GgufError::Io { source, .. }) if source.get_ref().is_some_and(|e| e.is::<PastPrefix>()) => Ok(None),
             other => other.map(Some),
@@ -491,50 +274,6 @@ pub(crate) fn dequantize_tensor(t: &TensorInfo, bytes: &[u8], n: usize) -> Resul
         GgufError::Unsupported(m) => unsupported(format!("tensor {}: {m}", t.name)),
         e => e,
     })
-}
-
-/// Reading past the prefix [`Gguf::parse_prefix`] was given.
-#[derive(Debug)]
-struct PastPrefix;
-
-impl std::fmt::Display for PastPrefix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("past the bytes read so far")
-    }
-}
-
-impl std::error::Error for PastPrefix {}
-
-/// The first bytes of a file of `len` bytes.
-struct Prefix<'a> {
-    bytes: &'a [u8],
-    len: u64,
-    pos: u64,
-}
-
-impl Read for Prefix<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let have = self.bytes.get(self.pos as usize..).filter(|_| self.pos <= self.bytes.len() as u64).unwrap_or(&[]);
-        if have.is_empty() && !buf.is_empty() && self.pos < self.len {
-            return Err(std::io::Error::other(PastPrefix));
-        }
-        let n = have.len().min(buf.len());
-        buf[..n].copy_from_slice(&have[..n]);
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for Prefix<'_> {
-    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        let pos = match to {
-            SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => self.len.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        };
-        self.pos = pos.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start"))?;
-        Ok(self.pos)
-    }
 }
 
 /// Bytes a tensor of `dims` takes in `ty`, with every product checked.

@@ -2,7 +2,7 @@
 //! and on tests/fixtures/gguf/quants.gguf (random blocks and gguf-py's dequantization of them,
 //! written by gguf-py: scripts/make-gguf-fixtures.py).
 
-use super::hf::unpermute_rows;
+use super::hf::plan::unpermute_rows;
 use super::*;
 use crate::base::host::HostData;
 use crate::formats::checkpoint::{validate, Checkpoint};

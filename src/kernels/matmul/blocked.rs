@@ -234,7 +234,8 @@ pub(super) fn nt(
     let a_vec = k % 4 == 0;
     let b_vec = k % 4 == 0 || b.dtype.group_size().is_some();
     let (wx, wy) = lanes(m, n);
-    let key = format!("matmul_nt/blocked{wx}x{wy}/{}/{a_vec}/{b_vec}{}", b.dtype.name(), lora_key(fused));
+    let rows = block_rows(m);
+    let key = format!("matmul_nt/blocked{wx}x{wy}r{rows}/{}/{a_vec}/{b_vec}{}", b.dtype.name(), lora_key(fused));
     let pipeline = gpu.pipeline(&key, || {
         let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", a_vec);
         let (lb, be) = match b.dtype {
@@ -252,11 +253,12 @@ pub(super) fn nt(
                 ("LOAD_B", lb),
                 ("WG_X", wx.to_string()),
                 ("WG_Y", wy.to_string()),
-                ("ACC_DECL", acc_decl(8)),
-                ("LOOP", loop_nt(b.dtype, 8, &own_a_rows(8))),
+                ("ROWS", rows.to_string()),
+                ("ACC_DECL", acc_decl(rows)),
+                ("LOOP", loop_nt(b.dtype, rows, &own_a_rows(rows))),
                 ("LORA_BINDINGS", if fused.is_some() { lora::NT_BINDINGS.into() } else { String::new() }),
-                ("LORA", if fused.is_some() { lora::nt_epilogue(8) } else { String::new() }),
-                ("STORE", store_rows(8)),
+                ("LORA", if fused.is_some() { lora::nt_epilogue(rows) } else { String::new() }),
+                ("STORE", store_rows(rows)),
             ],
         )
     });
@@ -274,7 +276,7 @@ pub(super) fn nt(
     }
     .with_lora(fused);
     let bias = bias.unwrap_or(gpu.dummy());
-    let w = grid(m, n, wx, wy);
+    let w = grid(m, n, wx, wy, rows);
     match fused {
         Some(l) => {
             let f = flops(m, n, k + l.rank());
@@ -295,7 +297,8 @@ pub(super) fn nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
         DType::Q8 | DType::Q4 => true, // rows padded to whole groups
     };
     let (wx, wy) = lanes(m, n);
-    let key = format!("matmul_nn/blocked{wx}x{wy}/{}/{a_vec}/{b_vec}{}", b.dtype.name(), lora_key(fused));
+    let rows = block_rows(m);
+    let key = format!("matmul_nn/blocked{wx}x{wy}r{rows}/{}/{a_vec}/{b_vec}{}", b.dtype.name(), lora_key(fused));
     let pipeline = gpu.pipeline(&key, || {
         let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", a_vec);
         let (lb, be) = load8("load_b8", "b", "p.N", "p.ldb", b.dtype, b_vec);
@@ -309,11 +312,12 @@ pub(super) fn nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
                 ("LOAD_B8", lb),
                 ("WG_X", wx.to_string()),
                 ("WG_Y", wy.to_string()),
-                ("ACC_DECL", acc_decl(8)),
-                ("BODY", body_nn(8, &own_a_rows(8))),
+                ("ROWS", rows.to_string()),
+                ("ACC_DECL", acc_decl(rows)),
+                ("BODY", body_nn(rows, &own_a_rows(rows))),
                 ("LORA_BINDINGS", if fused.is_some() { lora::NN_BINDINGS.into() } else { String::new() }),
-                ("LORA", if fused.is_some() { lora::nn_epilogue(8) } else { String::new() }),
-                ("STORE", store_rows(8)),
+                ("LORA", if fused.is_some() { lora::nn_epilogue(rows) } else { String::new() }),
+                ("STORE", store_rows(rows)),
             ],
         )
     });
@@ -330,7 +334,7 @@ pub(super) fn nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
         ..Params::default()
     }
     .with_lora(fused);
-    let w = grid(m, n, wx, wy);
+    let w = grid(m, n, wx, wy, rows);
     match fused {
         Some(l) => {
             let f = flops(m, n, k + l.rank());
@@ -366,7 +370,7 @@ pub(super) fn tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
         )
     });
     let p = Params { m: m as u32, n: n as u32, k: k as u32, alpha, beta, ..Params::default() };
-    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c], grid(m, n, wx, wy), flops(m, n, k));
+    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c], grid(m, n, wx, wy, 8), flops(m, n, k));
 }
 
 /// The part of a pipeline key that says whether a LoRA term is fused in.
@@ -389,7 +393,13 @@ fn lanes(m: usize, n: usize) -> (usize, usize) {
     }
 }
 
-/// Workgroups of `wx` × `wy` invocations, each an 8×8 block of C.
-fn grid(m: usize, n: usize, wx: usize, wy: usize) -> (u32, u32, u32) {
-    (n.div_ceil(8 * wx) as u32, m.div_ceil(8 * wy) as u32, 1)
+/// Rows of C per invocation: 8, or the fewest power of two that covers M when M is smaller
+/// (decoding a token or a few: every row an invocation computes is a real one).
+fn block_rows(m: usize) -> usize {
+    m.clamp(1, 8).next_power_of_two()
+}
+
+/// Workgroups of `wx` × `wy` invocations, each a `rows`×8 block of C.
+fn grid(m: usize, n: usize, wx: usize, wy: usize, rows: usize) -> (u32, u32, u32) {
+    (n.div_ceil(8 * wx) as u32, m.div_ceil(rows * wy) as u32, 1)
 }

@@ -1,5 +1,5 @@
 // C = alpha · A · B + beta · C      (dy·W for the input gradient; B stored row-major (K, N))
-// Each invocation computes an 8×8 block of C: per run of 4 along K it reads 8 rows of A
+// Each invocation computes a {{ROWS}}×8 block of C (8×8; fewer rows for a few tokens): per run of 4 along K it reads 8 rows of A
 // (vec4 each) and 4 rows of B (8 contiguous values each).
 struct Params {
     M: u32, N: u32, K: u32,
@@ -35,7 +35,7 @@ fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {
 
 @compute @workgroup_size({{WG_X}}, {{WG_Y}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let m0 = gid.y * 8u;
+    let m0 = gid.y * {{ROWS}}u;
     let n0 = gid.x * 8u;
     if (m0 >= p.M || n0 >= p.N) { return; }
 {{ACC_DECL}}

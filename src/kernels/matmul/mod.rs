@@ -16,6 +16,11 @@
 //! - [`blocked`]: 8×8 outputs per invocation, loads straight from storage; runs everywhere
 //!   and is the reference the others are checked against on the device before use.
 //! - [`shared`]: subgroup-shared rows of A (needs subgroups): 2–2.6× on CPU emulators.
+//! - [`tiled`]: workgroup-memory tiles with register blocking: the shape GPUs want.
+//!
+//! Thin products (LoRA's rank as N, K long) always take `thin`'s split-K kernel, whatever the
+//! variant; other thin ones (M or N ≤ 8) the register-blocked kernel with all its invocations
+//! along the long side.
 //!
 //! Which one runs is the device's choice ([`Gpu::choice`] under [`CHOICE`]), made by
 //! [`choose`] when a model is loaded; without a choice (or with `WEBTUNE_KERNELS=reference`)
@@ -24,12 +29,15 @@
 mod blocked;
 pub mod lora;
 pub mod shared;
+mod thin;
+pub mod tiled;
 
 pub use lora::Fused;
 
 use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu, Tensor};
+use crate::kernels::tune::Measured;
 
 /// The key of the products' variant in the device's kernel choices.
 pub const CHOICE: &str = "matmul";
@@ -73,6 +81,8 @@ pub enum Variant {
         sg: usize,
         shape: shared::Shape,
     },
+    /// Workgroup-memory tiles.
+    Tiled(tiled::Tile),
 }
 
 impl Variant {
@@ -80,6 +90,7 @@ impl Variant {
         match self {
             Variant::Blocked => "blocked".into(),
             Variant::Shared { sg, shape } => format!("{}/sg{sg}", shape.name()),
+            Variant::Tiled(t) => t.name(),
         }
     }
 
@@ -87,6 +98,9 @@ impl Variant {
     pub fn parse(s: &str) -> Option<Variant> {
         if s == "blocked" {
             return Some(Variant::Blocked);
+        }
+        if let Some(t) = tiled::Tile::parse(s) {
+            return Some(Variant::Tiled(t));
         }
         // "shared16x8/8/sg8"
         let rest = s.strip_prefix("shared")?;
@@ -146,10 +160,13 @@ pub fn matmul_nt_with(
         return;
     }
     match v {
+        // LoRA's h = x·Aᵀ: N = r, a long K split over a workgroup.
+        _ if lora.is_none() && thin::takes(m, k, n, b.dtype) => thin::run(gpu, true, a, b, bias, c, alpha, beta),
         // A thin product (LoRA's rank as M or N) has too few blocks for subgroups to share.
         _ if m <= 8 || n <= 8 => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
         Variant::Blocked => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
         Variant::Shared { sg, shape } => shared::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, shape),
+        Variant::Tiled(t) => tiled::nt(gpu, a, b, bias, c, alpha, beta, lora, t),
     }
 }
 
@@ -191,9 +208,12 @@ pub fn matmul_nn_with(
         return;
     }
     match v {
+        // LoRA's g = dy·B: N = r, a long K split over a workgroup.
+        _ if lora.is_none() && thin::takes(m, k, n, b.dtype) => thin::run(gpu, false, a, b, None, c, alpha, beta),
         _ if m <= 8 || n <= 8 => blocked::nn(gpu, a, b, c, alpha, beta, lora),
         Variant::Blocked => blocked::nn(gpu, a, b, c, alpha, beta, lora),
         Variant::Shared { sg, shape } => shared::nn(gpu, a, b, c, alpha, beta, lora, sg, shape),
+        Variant::Tiled(t) => tiled::nn(gpu, a, b, c, alpha, beta, lora, t),
     }
 }
 
@@ -216,8 +236,20 @@ fn flops(m: usize, n: usize, k: usize) -> u64 {
     2 * (m * n * k) as u64
 }
 
-/// The variants this device could run for `nt` and `nn`, the register-blocked first.
+/// The variants the autotune times on this device: every one it can run ([`runnable`]), except
+/// the workgroup-memory tiles on a CPU adapter (lavapipe, SwiftShader), where they are 5–10
+/// times slower than the register-blocked kernel and timing them would only slow every load.
 pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
+    let mut out = runnable(gpu);
+    if gpu.info.cpu {
+        out.retain(|v| !matches!(v, Variant::Tiled(_)));
+    }
+    out
+}
+
+/// Every variant this device can run for `nt` and `nn`, the register-blocked first (the tests
+/// check each against the references).
+pub fn runnable(gpu: &Gpu) -> Vec<Variant> {
     let mut out = vec![Variant::Blocked];
     let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
     // The shared variant needs subgroups of one known size.
@@ -226,52 +258,39 @@ pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
             out.push(Variant::Shared { sg: lo as usize, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });
         }
     }
+    out.extend(tiled::Tile::ALL.into_iter().filter(|&t| tiled::fits(gpu, t)).map(Variant::Tiled));
     out
 }
 
 /// Whether `v` computes what the register-blocked kernels compute on this device, on small
-/// random products of awkward shapes: `nt` and `nn` for every weight dtype, with bias, α and β.
-/// Results must agree to f32 rounding (the two sum in the same order, so they usually agree
-/// exactly).
-pub async fn agrees(gpu: &Gpu, v: Variant) -> Result<bool> {
+/// random products of awkward shapes with B of `dtype`: `nt` (with bias, α and β) and `nn`,
+/// K aligned and not. Results must agree to f32 rounding (1e-5 relative).
+pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
     let mut rng = Rng::new(0x6d6d);
-    for (m, k, n) in [(37, 72, 29), (19, 100, 44), (3, 7, 5)] {
+    for (m, k, n) in [(37, 72, 29), (19, 100, 44), (21, 50, 30)] {
         let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
         let bias = gpu.upload_f32(&rng.vec(n, 1.0), &[n], Category::Scratch)?;
         let c0 = rng.vec(m * n, 1.0);
-        for dtype in [DType::F32, DType::BF16, DType::F16, DType::Q8, DType::Q4] {
-            let w = rng.vec(n * k, 1.0);
-            let bt = gpu.upload_f32_as(&w, &[n, k], dtype, Category::Scratch)?;
-            let bn = gpu.upload_f32_as(&w, &[k, n], dtype, Category::Scratch)?;
-            let an = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
-            let mut outs = Vec::new();
-            for variant in [Variant::Blocked, v] {
-                let ct = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
-                matmul_nt_with(gpu, variant, &a, &bt, Some(&bias), &ct, 0.75, 0.5, None);
-                let cn = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
-                matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
-                outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
-            }
-            let close = |x: &[f32], y: &[f32]| {
-                x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs())) && x.len() == y.len()
-            };
-            if !close(&outs[0].0, &outs[1].0) || !close(&outs[0].1, &outs[1].1) {
-                return Ok(false);
-            }
+        let w = rng.vec(n * k, 1.0);
+        let bt = gpu.upload_f32_as(&w, &[n, k], dtype, Category::Scratch)?;
+        let bn = gpu.upload_f32_as(&w, &[k, n], dtype, Category::Scratch)?;
+        let an = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+        let mut outs = Vec::new();
+        for variant in [Variant::Blocked, v] {
+            let ct = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            matmul_nt_with(gpu, variant, &a, &bt, Some(&bias), &ct, 0.75, 0.5, None);
+            let cn = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
+            outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
+        }
+        let close = |x: &[f32], y: &[f32]| {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
+        };
+        if !close(&outs[0].0, &outs[1].0) || !close(&outs[0].1, &outs[1].1) {
+            return Ok(false);
         }
     }
     Ok(true)
-}
-
-/// One candidate as [`choose`] measured it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Measured {
-    pub variant: String,
-    /// ms of one `nt` and one `nn` at every shape (0 when it did not agree).
-    pub ms: f64,
-    /// Whether it computed what the register-blocked kernels compute.
-    pub agrees: bool,
-    pub chosen: bool,
 }
 
 /// Time every candidate that agrees with the register-blocked kernels ([`agrees`]) on `nt` and
@@ -279,6 +298,7 @@ pub struct Measured {
 /// of `reps` after a warm-up, and run the fastest on this device from now on. With one
 /// candidate (no subgroups) nothing is timed.
 pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
+    use crate::kernels::tune::gpu_time;
     let cands = candidates(gpu);
     if cands.len() == 1 {
         gpu.set_choice(CHOICE, None);
@@ -302,20 +322,12 @@ pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, r
     };
     let mut out = Vec::new();
     for v in cands {
-        if v != Variant::Blocked && !agrees(gpu, v).await? {
-            out.push(Measured { variant: v.name(), ms: 0.0, agrees: false, chosen: false });
+        if v != Variant::Blocked && !agrees(gpu, v, dtype).await? {
+            out.push(Measured { family: CHOICE.into(), variant: v.name(), ms: 0.0, agrees: false, chosen: false });
             continue;
         }
-        run(v); // compile and warm up
-        gpu.sync().await?;
-        let mut best = f64::INFINITY;
-        for _ in 0..reps.max(1) {
-            let t0 = crate::platform::now_ms();
-            run(v);
-            gpu.sync().await?;
-            best = best.min(crate::platform::now_ms() - t0);
-        }
-        out.push(Measured { variant: v.name(), ms: best, agrees: true, chosen: false });
+        let ms = gpu_time(gpu, reps, || run(v)).await?;
+        out.push(Measured { family: CHOICE.into(), variant: v.name(), ms, agrees: true, chosen: false });
     }
     let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
     if let Some(b) = best {

@@ -1,0 +1,89 @@
+//! `webtune bench decode`: greedy generation at a model shape with random weights: the prompt's
+//! prefill, then one token at a time through the KV cache with a LoRA adapter applied unmerged
+//! (as `webtune generate` runs it), timed per token; optionally profiled kernel by kernel.
+
+use crate::base::error::{Error, Result};
+use crate::base::names::Proj;
+use crate::formats::peft::Adapter;
+use crate::generate::Decoder;
+use crate::gpu::profile::Profile;
+use crate::gpu::Gpu;
+use crate::model::lora::Lora;
+use crate::model::source::WeightSource;
+use crate::model::weights::WeightFormat;
+use crate::model::Model;
+use crate::platform::now_ms;
+use std::sync::Arc;
+
+/// What to run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DecodeBenchConfig {
+    pub shape: String,
+    pub prompt_tokens: usize,
+    pub new_tokens: usize,
+    pub rank: usize,
+    pub weights: String,
+    #[serde(skip)]
+    pub format: WeightFormat,
+    pub seed: u64,
+    /// Profile the decode steps (after the first two), kernel by kernel.
+    pub profile: bool,
+}
+
+/// What was measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DecodeResult {
+    pub prefill_ms: f64,
+    /// Per new token after the first (whose step includes compiling the decode pipelines).
+    pub ms_per_token: f64,
+    pub tokens_per_s: f64,
+    pub tokens: Vec<u32>,
+    /// With `profile`: the profiled decode steps together, and their wall time.
+    pub profile: Option<(f64, Profile)>,
+}
+
+/// Greedy argmax (the first of equal maxima, as torch.argmax).
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+pub async fn bench_decode(gpu: &Gpu, source: Arc<dyn WeightSource>, bc: &DecodeBenchConfig) -> Result<DecodeResult> {
+    let cfg = source.config().clone();
+    if bc.prompt_tokens == 0 || bc.new_tokens < 3 {
+        return Err(Error::msg("bench decode: --prompt must be at least 1 and --tokens at least 3"));
+    }
+    crate::kernels::tune(gpu, &cfg, 1, bc.format.dtype(crate::gpu::DType::BF16), &mut Default::default()).await?;
+    let model = Model::resident(gpu, source, bc.format)?;
+    let adapter = Adapter::new_init(&cfg, bc.rank, 2.0 * bc.rank as f64, &Proj::all(), bc.seed);
+    let lora = Lora::from_adapter(gpu, &cfg, &adapter)?;
+    let mut rng = crate::base::rng::Rng::new(bc.seed ^ 0xdec0de);
+    let prompt: Vec<u32> = (0..bc.prompt_tokens).map(|_| rng.below(cfg.vocab as u64) as u32).collect();
+    let mut dec = Decoder::new(gpu, &model, Some(&lora), bc.prompt_tokens + bc.new_tokens, false)?;
+    let t0 = now_ms();
+    let mut logits = dec.forward(gpu, &prompt).await?;
+    let prefill_ms = now_ms() - t0;
+    let mut tokens = vec![argmax(&logits)];
+    // The first decode step compiles its pipelines; the rest are timed (and profiled).
+    logits = dec.forward(gpu, &tokens[..1]).await?;
+    tokens.push(argmax(&logits));
+    let timed = bc.new_tokens - 2;
+    if bc.profile {
+        gpu.profile_start();
+    }
+    let t1 = now_ms();
+    for _ in 0..timed {
+        let last = *tokens.last().unwrap_or(&0);
+        logits = dec.forward(gpu, &[last]).await?;
+        tokens.push(argmax(&logits));
+    }
+    let wall = now_ms() - t1;
+    let profile = gpu.profile_take().await?.map(|p| (wall, p));
+    let ms_per_token = wall / timed as f64;
+    Ok(DecodeResult { prefill_ms, ms_per_token, tokens_per_s: 1000.0 / ms_per_token, tokens, profile })
+}

@@ -1,0 +1,138 @@
+//! Thin products with a long contraction: C (M, N) for N ≤ 8 (LoRA's h = x·Aᵀ, `nt`, and
+//! g = dy·B, `nn`, with N = r and K = in or out, up to thousands). One 8×8 block per invocation
+//! would give a whole (256, 8) product 32 invocations; here a workgroup of 64 takes 4 rows of
+//! C and splits K among its invocations (invocation t reads k = 4t, 4t + 256, …), then sums the
+//! 64 partial blocks in workgroup memory: M / 4 workgroups, every invocation busy. B is f32
+//! (LoRA's factors). The sum over K runs in another order than the register-blocked kernel's,
+//! so results agree to f32 rounding.
+
+use super::{flops, Params};
+use crate::gpu::{DType, Gpu, Tensor};
+
+/// Rows of C per workgroup.
+const ROWS: usize = 4;
+/// Invocations per workgroup (the K split).
+const WG: usize = 64;
+
+/// Whether the thin kernel takes a product of this shape and B dtype.
+pub(super) fn takes(m: usize, k: usize, n: usize, b: DType) -> bool {
+    n <= 8 && m > 8 && k >= 256 && b == DType::F32
+}
+
+fn source(nt: bool, aligned: bool) -> String {
+    let mut s = String::from(
+        "struct Params {\n    M: u32, N: u32, K: u32,\n    ldb: u32,\n    alpha: f32, beta: f32,\n    has_bias: u32,\n    qoff: u32,\n    rank: u32,\n    ls: f32,\n    _q0: u32, _q1: u32,\n}\n\
+         @group(0) @binding(0) var<uniform> p: Params;\n\
+         @group(0) @binding(1) var<storage, read> a: array<f32>;      // A: (M, K)\n",
+    );
+    if nt {
+        s += "@group(0) @binding(2) var<storage, read> b: array<f32>;      // B: (N, K), N ≤ 8\n\
+              @group(0) @binding(3) var<storage, read> bias: array<f32>;   // bias: (N), read only if has_bias\n\
+              @group(0) @binding(4) var<storage, read_write> c: array<f32>; // C: (M, N)\n";
+    } else {
+        s += "@group(0) @binding(2) var<storage, read> b: array<f32>;      // B: (K, N), N ≤ 8\n\
+              @group(0) @binding(3) var<storage, read_write> c: array<f32>; // C: (M, N)\n";
+    }
+    s += &format!(
+        "var<workgroup> part: array<f32, {}>;   // part[t][i][j]: invocation t's sum for C[m0 + i][j]\n",
+        WG * ROWS * 8
+    );
+    // A's 4 values at (row r, k), zero past K (and for clamped rows: never stored).
+    if aligned {
+        s += "fn load_a4(r: u32, k: u32) -> vec4<f32> { let i = min(r, p.M - 1u) * p.K + k; return vec4<f32>(a[i], a[i + 1u], a[i + 2u], a[i + 3u]); }\n";
+    } else {
+        s += "fn load_a4(r: u32, k: u32) -> vec4<f32> { let base = min(r, p.M - 1u) * p.K; var v = vec4<f32>(0.0); for (var j = 0u; j < 4u; j++) { if (k + j < p.K) { v[j] = a[base + k + j]; } } return v; }\n";
+    }
+    if nt {
+        s += "fn load_b4(n: u32, k: u32) -> vec4<f32> { var v = vec4<f32>(0.0); if (n >= p.N) { return v; } for (var j = 0u; j < 4u; j++) { if (k + j < p.K) { v[j] = b[n * p.K + k + j]; } } return v; }\n";
+    } else {
+        s += "fn load_b1(k: u32, n: u32) -> f32 { if (n >= p.N || k >= p.K) { return 0.0; } return b[k * p.N + n]; }\n";
+    }
+    s += &format!(
+        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n    let m0 = (wid.x + wid.y * nwg.x) * {ROWS}u;\n"
+    );
+    for i in 0..ROWS {
+        for j in 0..8 {
+            s += &format!("    var s{i}_{j} = 0.0;\n");
+        }
+    }
+    s += &format!("    for (var k = t * 4u; k < p.K; k += {}u) {{\n", 4 * WG);
+    for i in 0..ROWS {
+        s += &format!("        let a{i} = load_a4(m0 + {i}u, k);\n");
+    }
+    if nt {
+        for j in 0..8 {
+            s += &format!("        let b{j} = load_b4({j}u, k);\n");
+        }
+        for i in 0..ROWS {
+            for j in 0..8 {
+                s += &format!("        s{i}_{j} += dot(a{i}, b{j});\n");
+            }
+        }
+    } else {
+        for q in 0..4 {
+            for j in 0..8 {
+                s += &format!("        let b{q}_{j} = load_b1(k + {q}u, {j}u);\n");
+            }
+            for i in 0..ROWS {
+                for j in 0..8 {
+                    s += &format!("        s{i}_{j} += a{i}[{q}] * b{q}_{j};\n");
+                }
+            }
+        }
+    }
+    s += "    }\n";
+    for i in 0..ROWS {
+        for j in 0..8 {
+            s += &format!("    part[t * {}u + {}u] = s{i}_{j};\n", ROWS * 8, i * 8 + j);
+        }
+    }
+    s += "    workgroupBarrier();\n";
+    s += &format!(
+        "    if (t < {}u) {{\n        let i = t / 8u; let j = t % 8u; let m = m0 + i;\n        var sum = 0.0;\n        for (var u = 0u; u < {WG}u; u++) {{ sum += part[u * {}u + t]; }}\n        if (m < p.M && j < p.N) {{\n            var r = p.alpha * sum;\n",
+        ROWS * 8,
+        ROWS * 8
+    );
+    if nt {
+        s += "            if (p.has_bias != 0u) { r += bias[j]; }\n";
+    }
+    s += "            let idx = m * p.N + j;\n            if (p.beta != 0.0) { r += p.beta * c[idx]; }\n            c[idx] = r;\n        }\n    }\n}\n";
+    s
+}
+
+/// C (M, N) = α · A · Bᵀ + bias + β · C, B (N, K) f32 with N ≤ 8; or (`nt` false)
+/// C = α · A · B + β · C, B (K, N) f32.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    gpu: &Gpu,
+    nt: bool,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+) {
+    let (m, k) = (a.rows(), a.cols());
+    let n = if nt { b.rows() } else { b.cols() };
+    let aligned = k % 4 == 0;
+    let key = format!("matmul_{}/thin/{aligned}", if nt { "nt" } else { "nn" });
+    let pipeline = gpu.pipeline(&key, || source(nt, aligned));
+    let p = Params {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        ldb: k as u32,
+        alpha,
+        beta,
+        has_bias: bias.is_some() as u32,
+        ..Params::default()
+    };
+    let w = crate::gpu::groups(m.div_ceil(ROWS) as u32);
+    if nt {
+        let bias = bias.unwrap_or(gpu.dummy());
+        gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], w, flops(m, n, k));
+    } else {
+        gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c], w, flops(m, n, k));
+    }
+}

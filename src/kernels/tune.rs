@@ -1,0 +1,165 @@
+//! Choosing each kernel family's variant for the device: every candidate is checked against
+//! the reference kernel on small random inputs, then timed at the model's own shapes
+//! ([`gpu_time`]: timestamp queries where the device has them, so launch and wait costs do not
+//! decide), and the fastest runs from now on ([`crate::gpu::Gpu::set_choice`]). Choices are
+//! kept by adapter and shape ([`TuneCache`]) so a second load only checks them.
+
+use super::{attention, matmul};
+use crate::base::config::ModelConfig;
+use crate::base::dtype::DType;
+use crate::base::error::Result;
+use crate::gpu::profile::Timing;
+use crate::gpu::Gpu;
+use std::collections::BTreeMap;
+
+/// GPU milliseconds of one call of `f`, the best of `reps` after a warm-up (which compiles):
+/// the sum of its dispatches' own times from timestamp queries where the device has them
+/// (launches, waits and the host are left out), else the wall clock around the call and a wait.
+pub async fn gpu_time(gpu: &Gpu, reps: usize, mut f: impl FnMut()) -> Result<f64> {
+    f();
+    gpu.sync().await?;
+    let stamps = gpu.device.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let ms = if stamps {
+            gpu.profile_start();
+            f();
+            match gpu.profile_take().await? {
+                Some(p) if p.timing == Timing::Timestamps => p.gpu_ms(),
+                _ => f64::INFINITY,
+            }
+        } else {
+            let t0 = crate::platform::now_ms();
+            f();
+            gpu.sync().await?;
+            crate::platform::now_ms() - t0
+        };
+        best = best.min(ms);
+    }
+    Ok(best)
+}
+
+/// One candidate as [`tune`] measured it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Measured {
+    /// The kernel family: "matmul", "attention".
+    pub family: String,
+    pub variant: String,
+    /// GPU ms of the family's timed work at the model's shapes (0 when it did not agree).
+    pub ms: f64,
+    /// Whether it computed what the reference computes.
+    pub agrees: bool,
+    pub chosen: bool,
+}
+
+/// Which variant each kernel family runs, by [`tune_key`], kept across loads (natively in a
+/// file, `~/.cache/webtune/kernels.json`; in the browser in the weight store), so a second
+/// load of the same model on the same adapter does not measure again.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TuneCache {
+    /// tune_key → family → the variant's name
+    pub choices: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// What [`tune`] did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Tuned {
+    pub key: String,
+    /// family → the variant that runs it
+    pub chosen: BTreeMap<String, String>,
+    /// True when the choices came from the cache (checked against the reference, not timed).
+    pub cached: bool,
+    /// Each candidate's measurement (empty when cached).
+    pub measured: Vec<Measured>,
+}
+
+impl Tuned {
+    /// One line for logs and the page: "matmul: tiled64x64 (3.1 ms; blocked 9.8 ms, …);
+    /// attention: r1.1.1w16 (…)".
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        for (family, variant) in &self.chosen {
+            let ms: Vec<&Measured> = self.measured.iter().filter(|m| &m.family == family).collect();
+            if ms.len() < 2 {
+                let how = if self.cached { "cached" } else { "the only candidate" };
+                parts.push(format!("{family}: {variant} ({how})"));
+                continue;
+            }
+            let best = ms.iter().find(|m| m.chosen).map_or(0.0, |m| m.ms);
+            let rest: Vec<String> = ms
+                .iter()
+                .filter(|m| !m.chosen)
+                .map(|m| {
+                    if m.agrees {
+                        format!("{} {:.2} ms", m.variant, m.ms)
+                    } else {
+                        format!("{} disagrees", m.variant)
+                    }
+                })
+                .collect();
+            parts.push(format!("{family}: {variant} ({best:.2} ms; {})", rest.join(", ")));
+        }
+        parts.join("; ")
+    }
+}
+
+/// The adapter (name, backend, vendor and device ids, driver, subgroup sizes, limits) and the
+/// model shape a choice was made for.
+pub fn tune_key(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType) -> String {
+    let i = &gpu.info;
+    format!(
+        "{}|{}|{:04x}:{:04x}|{}|sg{}-{}|wg{}x{}|{}|m{}|c{}f{}q{}h{}.{}.{}",
+        i.adapter,
+        i.backend,
+        i.vendor,
+        i.device_id,
+        i.driver,
+        i.subgroup_min_size,
+        i.subgroup_max_size,
+        i.max_compute_invocations_per_workgroup,
+        i.max_compute_workgroup_storage_size,
+        dtype.name(),
+        tokens.clamp(1, 512),
+        cfg.hidden,
+        cfg.intermediate,
+        cfg.heads * cfg.head_dim,
+        cfg.heads,
+        cfg.kv_heads,
+        cfg.head_dim
+    )
+}
+
+/// Choose the device's kernel variants for a model of shape `cfg` trained or run on `tokens`
+/// tokens at a time with frozen weights stored as `dtype`: for the matrix products and for
+/// attention, each candidate is checked against the reference kernels and timed at the model's
+/// own shapes, and the fastest runs from now on. Choices in `cache` for the same [`tune_key`]
+/// are used after the check alone (no timing); new ones are added to it.
+pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cache: &mut TuneCache) -> Result<Tuned> {
+    use matmul::Variant;
+    let key = tune_key(gpu, cfg, tokens, dtype);
+    if let Some(c) = cache.choices.get(&key) {
+        let mm = c.get(matmul::CHOICE).and_then(|s| Variant::parse(s));
+        let at = c.get(attention::CHOICE).and_then(|s| attention::Tuning::parse(s));
+        if let (Some(v), Some(t)) = (mm, at) {
+            let ok = matmul::candidates(gpu).contains(&v)
+                && (v == Variant::Blocked || matmul::agrees(gpu, v, dtype).await?);
+            if ok {
+                gpu.set_choice(matmul::CHOICE, (v != Variant::Blocked).then(|| v.name()));
+                gpu.set_choice(attention::CHOICE, Some(t.name()));
+                return Ok(Tuned { key, chosen: c.clone(), cached: true, measured: Vec::new() });
+            }
+        }
+    }
+    let m = tokens.clamp(1, 512);
+    let shapes = [(m, cfg.hidden, cfg.intermediate), (m, cfg.hidden, cfg.heads * cfg.head_dim)];
+    let mut measured = matmul::choose(gpu, &shapes, dtype, 3).await?;
+    let s = attention::AttnShape { batch: 1, seq: m, heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
+    measured.extend(attention::choose(gpu, &s, 3).await?);
+    let chosen: BTreeMap<String, String> = [
+        (matmul::CHOICE.to_string(), Variant::of(gpu).name()),
+        (attention::CHOICE.to_string(), attention::tuning_of(gpu).name()),
+    ]
+    .into();
+    cache.choices.insert(key.clone(), chosen.clone());
+    Ok(Tuned { key, chosen, cached: false, measured })
+}
