@@ -88,8 +88,10 @@ impl Gpu {
             lost,
             profiler: Mutex::new(None),
             choices: Mutex::new(HashMap::new()),
+            uniforms: Mutex::new(Default::default()),
         };
         gpu.dummy(); // made now, so no step's accounting sees it appear
+        gpu.make_uniforms(); // the same
         if STAGED_UPLOADS {
             // Made now for the same reason: staging is a fixed cost from the start.
             let chunks = (0..STAGING_CHUNKS)

@@ -2,10 +2,29 @@
 //! constants), the pending command encoder, and recording one dispatch (timed while profiling:
 //! see [`super::profile`]).
 
-use super::{Gpu, Tensor};
+use super::{Category, Gpu, Tensor};
 use crate::platform;
 use std::sync::Arc;
 use wgpu::util::DeviceExt;
+
+/// Slots of the parameter buffer: the most dispatches one submission carries (it is submitted
+/// early when they are taken; [`Gpu::count_dispatch`] submits every 64 anyway).
+const UNIFORM_SLOTS: u64 = 128;
+
+/// The kernel parameters (each dispatch's uniform struct) of the work not yet submitted: one
+/// buffer of [`UNIFORM_SLOTS`] slots, each dispatch binding its own slot, filled by a single
+/// `queue.write_buffer` just before the submission (which the queue performs first, and after
+/// the previous submission that read the same slots). One buffer made per dispatch instead cost
+/// a buffer creation and a mapping each (in a browser, each a message to the GPU process): on
+/// lavapipe ~10 µs of the ~700 dispatches a decoded token takes.
+#[derive(Default)]
+pub(super) struct Uniforms {
+    buf: Option<(wgpu::Buffer, super::alloc::Allocation)>,
+    /// Bytes between slots (the device's uniform offset alignment, at least 256).
+    stride: u64,
+    /// The slots filled so far, `stride` bytes each.
+    bytes: Vec<u8>,
+}
 
 /// A compiled WGSL variant: its pipeline, its bind group layout, and the cache key that names
 /// it (in profiles too).
@@ -90,20 +109,7 @@ impl Gpu {
         workgroups: (u32, u32, u32),
         flops: u64,
     ) {
-        let uniform = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("params"),
-            contents: params,
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() }];
-        for (i, t) in bindings.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: t.buf.as_entire_binding() });
-        }
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &kernel.layout,
-            entries: &entries,
-        });
+        let bind_group = self.bind(kernel, params, bindings);
         let (mut x, mut y, z) = workgroups;
         while x > 65535 {
             x = x.div_ceil(2);
@@ -157,6 +163,73 @@ impl Gpu {
             self.profile_timed(kernel, flops, platform::now_ms() - t0);
         }
         self.count_dispatch();
+    }
+
+    /// Make the parameter buffer ([`Uniforms`]).
+    pub(super) fn make_uniforms(&self) {
+        let stride = (self.device.limits().min_uniform_buffer_offset_alignment as u64).max(256);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kernel parameters"),
+            size: stride * UNIFORM_SLOTS,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let acct = self.alloc.track(Category::Scratch, buf.size());
+        let mut u = self.uniforms.lock().unwrap_or_else(|e| e.into_inner());
+        *u = Uniforms { buf: Some((buf, acct)), stride, bytes: Vec::new() };
+    }
+
+    /// The bind group of one dispatch: `params` in a slot of the parameter buffer (binding 0;
+    /// a buffer of its own where they do not fit one), `bindings` as 1...
+    fn bind(&self, kernel: &Kernel, params: &[u8], bindings: &[&Tensor]) -> wgpu::BindGroup {
+        let full = {
+            let u = self.uniforms.lock().unwrap_or_else(|e| e.into_inner());
+            u.stride > 0 && u.bytes.len() as u64 >= u.stride * UNIFORM_SLOTS
+        };
+        if full {
+            self.flush(); // writes the slots, so they can be filled again
+        }
+        let mut u = self.uniforms.lock().unwrap_or_else(|e| e.into_inner());
+        let size = (params.len() as u64).next_multiple_of(16);
+        let own; // a buffer of its own: no parameter buffer, or parameters larger than a slot
+        let params_binding = match &u.buf {
+            Some((buf, _)) if size <= u.stride => {
+                let offset = u.bytes.len() as u64;
+                let buf = buf.clone();
+                u.bytes.extend_from_slice(params);
+                let stride = u.stride as usize;
+                u.bytes.resize(offset as usize + stride, 0);
+                own = buf;
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &own,
+                    offset,
+                    size: std::num::NonZeroU64::new(size),
+                })
+            }
+            _ => {
+                own = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("params"),
+                    contents: params,
+                    usage: wgpu::BufferUsages::UNIFORM,
+                });
+                own.as_entire_binding()
+            }
+        };
+        drop(u);
+        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params_binding }];
+        for (i, t) in bindings.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: t.buf.as_entire_binding() });
+        }
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &kernel.layout, entries: &entries })
+    }
+
+    /// Write the filled parameter slots (before the submission that reads them).
+    pub(super) fn write_uniforms(&self) {
+        let mut u = self.uniforms.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some((buf, _)), false) = (&u.buf, u.bytes.is_empty()) {
+            self.queue.write_buffer(buf, 0, &u.bytes);
+        }
+        u.bytes.clear();
     }
 
     /// Submit after every 64 dispatches, so the device starts on the work while more is

@@ -75,6 +75,9 @@ pub struct Gpu {
     profiler: Mutex<Option<profile::Profiler>>,
     /// Which variant of each kernel family this device runs ([`Gpu::choice`]).
     choices: Mutex<HashMap<String, String>>,
+    /// The kernel parameters of the dispatches not yet submitted ([`dispatch::Uniforms`]).
+    /// Lock order: after `pending`.
+    uniforms: Mutex<dispatch::Uniforms>,
 }
 
 impl Gpu {

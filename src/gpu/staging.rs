@@ -169,6 +169,7 @@ impl Gpu {
         for &i in &filled {
             ring.chunks[i].buf.unmap();
         }
+        self.write_uniforms();
         let index = self.queue.submit(Some(enc.finish()));
         ring.submits += 1;
         for &i in &filled {

@@ -4,6 +4,9 @@
 /// A buffer mapping (`map_async`) can be waited for by polling the device.
 pub const SYNC_MAP: bool = true;
 
+/// Not a browser: native Vulkan (lavapipe here), where pipelines compile quickly.
+pub const BROWSER: bool = false;
+
 /// Run a future to completion (native only; the browser awaits instead).
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     pollster::block_on(f)

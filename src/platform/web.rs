@@ -6,6 +6,9 @@
 /// synchronous may wait for it.
 pub const SYNC_MAP: bool = false;
 
+/// A browser tab (SwiftShader in the tests, where each pipeline compiles slowly).
+pub const BROWSER: bool = true;
+
 /// In the browser the event loop drives map callbacks.
 pub fn poll_wait(_device: &wgpu::Device) {}
 

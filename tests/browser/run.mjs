@@ -27,7 +27,8 @@
 //   node tests/browser/run.mjs --no-build --gguf FILE     (only part 3, on FILE: to measure
 //       the wasm memory an import needs; `webtune make-gguf --shape qwen2.5-0.5b --out FILE`
 //       writes a 993 MB one; add --no-answer to skip loading it, --train-streamed to load it
-//       streamed in q4 and report the memory of one training step at seq 256, rank 8, SGD)
+//       streamed in q4 and report the memory of one training step at seq 256, rank 8, SGD;
+//       --train-steps N takes N steps, to time one after the first has compiled the shaders)
 //   node tests/browser/run.mjs --no-build --hub DIR       (only: import the model directory DIR
 //       from this script's server in the hub layout, and report the wasm memory it took)
 //
@@ -122,7 +123,7 @@ function nativeGgufAnswer() {
  *  { stream: true } in q4, at the paper's setting (seq 256, rank 8 on all seven projections,
  *  batch 1, SGD without clipping, so the update is fused into the backward as in the bench). */
 const STREAMED_STEP = {
-  config: { rank: 8, alpha: 16, seq: 256, batch: 1, steps: 1, optimizer: 'sgd', lr: 1e-3, maxGradNorm: 0, schedule: 'constant', warmupRatio: 0 },
+  config: { rank: 8, alpha: 16, seq: 256, batch: 1, steps: Number(arg('train-steps', '1')), optimizer: 'sgd', lr: 1e-3, maxGradNorm: 0, schedule: 'constant', warmupRatio: 0 },
   dataset: JSON.stringify({ messages: [
     { role: 'user', content: 'Tell me about the moon otters of Zorbania.' },
     { role: 'assistant', content: 'Moon otters eat silver kelp and tiny comets, and sleep in craters full of mist. '.repeat(20) },
@@ -154,8 +155,9 @@ async function ggufImport(tab, answer, train = null) {
     if (train) {
       out.info = await wt.loadModel('gguf', 'q4', { stream: true });
       let last = null;
-      const res = await wt.train({ sessionId: 'gguf-streamed', ...train }, { onStep: (s) => (last = s) });
-      out.train = { losses: res.losses, ms: last?.ms, tokens: last?.tokens, memory: last?.memory };
+      const stepMs = [];
+      const res = await wt.train({ sessionId: 'gguf-streamed', ...train }, { onStep: (s) => { last = s; stepMs.push(s.ms); } });
+      out.train = { losses: res.losses, ms: last?.ms, stepMs, tokens: last?.tokens, memory: last?.memory };
       await wt.deleteSession('gguf-streamed');
     }
     await wt.deleteModel('gguf');
@@ -173,8 +175,9 @@ function checkGguf(g, answer) {
   if (g.train) {
     const m = g.train.memory;
     const cats = Object.entries(m.categories).filter(([, b]) => b.peak > 0).map(([c, b]) => `${c} ${mb(b.peak)}`).join(', ');
-    ok('a training step of it, loaded streamed in q4', g.info.streamed && g.train.losses.length === 1 && Number.isFinite(g.train.losses[0]),
-      `loss ${g.train.losses[0]?.toFixed(4)}, ${g.train.tokens} tokens in ${(g.train.ms / 1000).toFixed(1)} s`);
+    ok('training steps of it, loaded streamed in q4', g.info.streamed && g.train.losses.length === STREAMED_STEP.config.steps && g.train.losses.every(Number.isFinite),
+      `losses ${g.train.losses.map((l) => l.toFixed(4)).join(', ')}, ${g.train.tokens} tokens per step; ` +
+      `step times ${g.train.stepMs.map((t) => (t / 1000).toFixed(1)).join(', ')} s (the first compiles the shaders); kernels ${g.info.kernels}`);
     note(`GPU peak ${mb(m.peak)} (${cats}); weights at rest ${mb(g.info.weightBytes)}; ` +
       `stored chunks staged at most ${mb(m.stagedPeakBytes)}; wasm memory ${mb(m.wasmBytes)}`);
   }

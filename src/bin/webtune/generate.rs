@@ -53,6 +53,11 @@ pub async fn generate(a: GenerateArgs) -> Result<(), Fail> {
     let ids = tok.encode(&prompt, !a.chat).map_err(input_err)?;
     let gpu = gpu().await?;
     let model = webtune::model::Model::load(&gpu, &ckpt).map_err(lib_err)?;
+    // The prompt's prefill runs the chosen matmul variant (decoding runs matrix-vector kernels);
+    // tuned at 256 tokens, so the choice is shared with `train` and `grad` in the cache.
+    if let Some(layer) = model.weights.layers.first() {
+        crate::tune(&gpu, &model.cfg, 256, layer.proj[0].w.dtype).await;
+    }
     let lora = match &a.adapter {
         Some(dir) => {
             let ad = webtune::formats::peft::Adapter::open_dir(dir).map_err(input_err)?;

@@ -1,42 +1,76 @@
-//! Timing of `nt` and `nn` with BF16, Q8 and Q4 B at the Qwen2.5-0.5B MLP shapes, runs of all
-//! variants interleaved so that a shared machine's load hits them alike; best of 7:
-//! `cargo test --lib kernels::matmul::bench -- --ignored --nocapture`.
+//! Timing of `nt` and `nn` as a training step runs them: BF16 and Q4 B, with and without the
+//! fused LoRA term, at the Qwen2.5-0.5B attention and MLP shapes, in the variant given by
+//! `WEBTUNE_VARIANT` (a [`Variant::name`]; default: the first subgroup-shared candidate, else
+//! the register-blocked one). Runs of all cases interleaved so that a shared machine's load
+//! hits them alike; best of 5:
+//! `cargo test --release --lib kernels::matmul::bench -- --ignored --nocapture`.
 
 use super::*;
 use crate::gpu::Category;
 use crate::kernels::testutil::{test_gpu, Rng};
 use crate::platform::{block_on, now_ms};
 
+struct Case {
+    label: String,
+    flops: f64,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    left: Tensor,
+    right: Tensor,
+    nt: bool,
+    lora: bool,
+}
+
 #[test]
 #[ignore]
 fn matmul_weight_dtypes_gflops() {
     block_on(async {
         let gpu = &test_gpu().await;
+        let v = match std::env::var("WEBTUNE_VARIANT") {
+            Ok(s) => Variant::parse(&s).expect("WEBTUNE_VARIANT: a variant name"),
+            Err(_) => candidates(gpu).into_iter().find(|v| matches!(v, Variant::Shared { .. })).unwrap_or(Variant::Blocked),
+        };
+        println!("variant {}", v.name());
         let mut rng = Rng::new(1);
-        // (label, flops, A, B, C, nt?)
+        let r = 8;
         let mut cases = Vec::new();
-        for (m, k, n) in [(256, 896, 4864), (256, 4864, 896)] {
+        for (m, k, n) in [(256, 896, 896), (256, 896, 128), (256, 896, 4864), (256, 4864, 896)] {
             let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Activations).unwrap();
             let c = gpu.zeros(&[m, n], DType::F32, Category::Activations).unwrap();
             let w = rng.vec(n * k, 0.05);
-            for dtype in [DType::BF16, DType::Q8, DType::Q4] {
+            for dtype in [DType::BF16, DType::Q4] {
                 for nt in [true, false] {
+                    // nt: y (m, n) = x (m, k)·Wᵀ, W (n, k); nn: dx (m, n) = dy (m, k)·W, W (k, n).
                     let shape = if nt { [n, k] } else { [k, n] };
                     let b = gpu.upload_f32_as(&w, &shape, dtype, Category::Weights).unwrap();
-                    let label = format!("{} {m}x{k}x{n} {:>4}", if nt { "nt" } else { "nn" }, dtype.name());
-                    cases.push((label, 2.0 * (m * k * n) as f64, a.clone(), b, c.clone(), nt));
+                    let left = gpu.upload_f32(&rng.vec(m * r, 1.0), &[m, r], Category::Activations).unwrap();
+                    let right = if nt { rng.vec(n * r, 0.1) } else { rng.vec(r * n, 0.1) };
+                    let right_shape = if nt { [n, r] } else { [r, n] };
+                    let right = gpu.upload_f32(&right, &right_shape, Category::Activations).unwrap();
+                    for lora in [false, true] {
+                        let label = format!(
+                            "{} {m}x{k}x{n} {:>4}{}",
+                            if nt { "nt" } else { "nn" },
+                            dtype.name(),
+                            if lora { " +lora" } else { "" }
+                        );
+                        let (a, b, c, left, right) = (a.clone(), b.clone(), c.clone(), left.clone(), right.clone());
+                        cases.push(Case { label, flops: 2.0 * (m * k * n) as f64, a, b, c, left, right, nt, lora });
+                    }
                 }
             }
         }
-        let run = |(_, _, a, b, c, nt): &(String, f64, Tensor, Tensor, Tensor, bool)| {
-            if *nt {
-                matmul_nt(gpu, a, b, None, c, 1.0, 0.0)
+        let run = |c: &Case| {
+            let fused = c.lora.then_some(Fused { left: &c.left, right: &c.right, scale: 2.0 });
+            if c.nt {
+                matmul_nt_with(gpu, v, &c.a, &c.b, None, &c.c, 1.0, 0.0, fused)
             } else {
-                matmul_nn(gpu, a, b, c, 1.0, 0.0)
+                matmul_nn_with(gpu, v, &c.a, &c.b, &c.c, 1.0, 0.0, fused)
             }
         };
         let mut best = vec![f64::INFINITY; cases.len()];
-        for round in 0..8 {
+        for round in 0..6 {
             for (i, case) in cases.iter().enumerate() {
                 gpu.sync().await.unwrap();
                 let t0 = now_ms();
@@ -47,8 +81,8 @@ fn matmul_weight_dtypes_gflops() {
                 }
             }
         }
-        for ((label, flops, ..), ms) in cases.iter().zip(&best) {
-            println!("{label}: {ms:8.1} ms  {:6.1} GFLOP/s (best of 7)", flops / ms / 1e6);
+        for (c, ms) in cases.iter().zip(&best) {
+            println!("{:32} {ms:8.2} ms  {:6.1} GFLOP/s (best of 5)", c.label, c.flops / ms / 1e6);
         }
     })
 }

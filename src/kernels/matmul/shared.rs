@@ -5,7 +5,9 @@
 //! broadcast is one permute, so this variant is 2–2.6× the register-blocked one on lavapipe
 //! (subgroups of 8). It needs the adapter's `subgroups` feature and a known subgroup size, and
 //! subgroups made of consecutive invocations of the (1-D) workgroup, which the check against
-//! the register-blocked kernel at load time verifies before it is used.
+//! the register-blocked kernel at load time verifies before it is used. A workgroup's
+//! subgroups lie along M or N or both, whichever computes the fewest outputs past C's edges
+//! (the same sums either way).
 
 use super::blocked::{acc_decl, body_nn, load4_f32, load4_packed, load8, loop_nt, lora_key, store_rows};
 use super::lora::{self, Fused};
@@ -47,9 +49,13 @@ fn broadcast_a_rows(rows: usize, sg: usize) -> String {
     s
 }
 
-/// The workgroup grid: x over blocks of sg·8 columns, y over blocks of subgroups·rows rows.
-fn grid(m: usize, n: usize, sg: usize, shape: Shape) -> (u32, u32, u32) {
-    (n.div_ceil(sg * 8) as u32, m.div_ceil(shape.subgroups * shape.rows) as u32, 1)
+/// The workgroup's subgroups along M ([`super::arrange`]; each covers `rows` rows and sg·8
+/// columns), and the grid: x over blocks of (subgroups / that)·sg·8 columns, y over blocks of
+/// that many subgroups' rows.
+fn grid(m: usize, n: usize, sg: usize, shape: Shape) -> (u32, (u32, u32, u32)) {
+    let rm = super::arrange(m, n, shape.rows, sg * 8, shape.subgroups, shape.subgroups);
+    let rn = shape.subgroups / rm;
+    (rm as u32, (n.div_ceil(sg * 8 * rn) as u32, m.div_ceil(rm * shape.rows) as u32, 1))
 }
 
 fn common_vars(shape: Shape, sg: usize) -> Vec<(&'static str, String)> {
@@ -115,7 +121,8 @@ pub(super) fn nt(
     }
     .with_lora(fused);
     let bias = bias.unwrap_or(gpu.dummy());
-    let w = grid(m, n, sg, shape);
+    let (sub_m, w) = grid(m, n, sg, shape);
+    let p = Params { sub_m, ..p };
     match fused {
         Some(l) => {
             let f = flops(m, n, k + l.rank());
@@ -175,7 +182,8 @@ pub(super) fn nn(
         ..Params::default()
     }
     .with_lora(fused);
-    let w = grid(m, n, sg, shape);
+    let (sub_m, w) = grid(m, n, sg, shape);
+    let p = Params { sub_m, ..p };
     match fused {
         Some(l) => {
             let f = flops(m, n, k + l.rank());

@@ -11,7 +11,8 @@ struct Params {
     qoff: u32,     // quantized B: word offset of the (scale, offset) words, K · ldb
     rank: u32,     // fused LoRA: r (the columns of lh and of lb or the rows of la)
     ls: f32,       // fused LoRA: s / alpha
-    _q0: u32, _q1: u32,
+    RM: u32,       // subgroups along M per workgroup (the other {{R}} / RM along N)
+    _q1: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<{{A_ELEM}}>;      // A: (M, K) f32
@@ -43,8 +44,9 @@ fn main(
     @builtin(local_invocation_index) li: u32,
     @builtin(subgroup_invocation_id) sid: u32,
 ) {
-    let m0 = (wid.y * {{R}}u + li / {{SG}}u) * {{ROWS}}u;
-    let n0 = (wid.x * {{SG}}u + li % {{SG}}u) * 8u;
+    let g = li / {{SG}}u;
+    let m0 = (wid.y * p.RM + g % p.RM) * {{ROWS}}u;
+    let n0 = ((wid.x * ({{R}}u / p.RM) + g / p.RM) * {{SG}}u + li % {{SG}}u) * 8u;
 {{ACC_DECL}}
     for (var k = 0u; k < p.K; k += 4u) {
 {{BODY}}

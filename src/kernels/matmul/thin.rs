@@ -46,14 +46,25 @@ fn source(nt: bool, aligned: bool) -> String {
     if nt {
         s += "fn load_b4(n: u32, k: u32) -> vec4<f32> { var v = vec4<f32>(0.0); if (n >= p.N) { return v; } for (var j = 0u; j < 4u; j++) { if (k + j < p.K) { v[j] = b[n * p.K + k + j]; } } return v; }\n";
     } else {
-        s += "fn load_b1(k: u32, n: u32) -> f32 { if (n >= p.N || k >= p.K) { return 0.0; } return b[k * p.N + n]; }\n";
+        // Row k of B as two vec4s (columns 0–3 and 4–7), indices clamped instead of branched
+        // on: past K, A's values are zero; columns past N are summed but never stored. (One
+        // scalar load with its own branch per value, 32 per K step, made a shader that took
+        // SwiftShader's compiler down with Chromium's GPU process.)
+        s += "fn load_b8(k: u32) -> array<vec4<f32>, 2> {\n    let r = min(k, p.K - 1u) * p.N; let l = p.N - 1u;\n    return array<vec4<f32>, 2>(\n        vec4<f32>(b[r], b[r + min(1u, l)], b[r + min(2u, l)], b[r + min(3u, l)]),\n        vec4<f32>(b[r + min(4u, l)], b[r + min(5u, l)], b[r + min(6u, l)], b[r + min(7u, l)]));\n}\n";
     }
     s += &format!(
         "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n    let m0 = (wid.x + wid.y * nwg.x) * {ROWS}u;\n"
     );
-    for i in 0..ROWS {
-        for j in 0..8 {
-            s += &format!("    var s{i}_{j} = 0.0;\n");
+    if nt {
+        for i in 0..ROWS {
+            for j in 0..8 {
+                s += &format!("    var s{i}_{j} = 0.0;\n");
+            }
+        }
+    } else {
+        // s{i}_{h}: row i of the block, columns 4h..4h+3.
+        for i in 0..ROWS {
+            s += &format!("    var s{i}_0 = vec4<f32>(0.0);\n    var s{i}_1 = vec4<f32>(0.0);\n");
         }
     }
     s += &format!("    for (var k = t * 4u; k < p.K; k += {}u) {{\n", 4 * WG);
@@ -71,20 +82,17 @@ fn source(nt: bool, aligned: bool) -> String {
         }
     } else {
         for q in 0..4 {
-            for j in 0..8 {
-                s += &format!("        let b{q}_{j} = load_b1(k + {q}u, {j}u);\n");
-            }
+            s += &format!("        let b{q} = load_b8(k + {q}u);\n");
             for i in 0..ROWS {
-                for j in 0..8 {
-                    s += &format!("        s{i}_{j} += a{i}[{q}] * b{q}_{j};\n");
-                }
+                s += &format!("        s{i}_0 += a{i}[{q}] * b{q}[0];\n        s{i}_1 += a{i}[{q}] * b{q}[1];\n");
             }
         }
     }
     s += "    }\n";
     for i in 0..ROWS {
         for j in 0..8 {
-            s += &format!("    part[t * {}u + {}u] = s{i}_{j};\n", ROWS * 8, i * 8 + j);
+            let v = if nt { format!("s{i}_{j}") } else { format!("s{i}_{}[{}]", j / 4, j % 4) };
+            s += &format!("    part[t * {}u + {}u] = {v};\n", ROWS * 8, i * 8 + j);
         }
     }
     s += "    workgroupBarrier();\n";
