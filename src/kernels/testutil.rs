@@ -1,5 +1,5 @@
 //! Helpers shared by kernel tests: f64 reference comparisons, rounding as the GPU stores a
-//! value, and the test device (the stamping macro `gpu_test!` is in `crate::platform`).
+//! value, the test device and `gpu_test!`, which stamps a GPU test for both runtimes.
 
 pub use crate::base::rng::Rng;
 
@@ -67,4 +67,32 @@ pub async fn test_gpu() -> crate::gpu::Gpu {
         Ok(g) => g,
         Err(e) => panic!("tests need a GPU adapter (lavapipe natively, WebGPU in Chromium): {e}"),
     }
+}
+
+/// Write an async GPU test once; it runs natively under `cargo test` (a device on lavapipe)
+/// and in the browser under `wasm-pack test` (WebGPU).
+///
+/// ```ignore
+/// gpu_test!(async fn my_test(gpu) { ... });
+/// ```
+#[macro_export]
+macro_rules! gpu_test {
+    (async fn $name:ident($gpu:ident) $body:block) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        #[test]
+        fn $name() {
+            $crate::platform::block_on(async {
+                let $gpu = $crate::kernels::testutil::test_gpu().await;
+                let $gpu = &$gpu;
+                $body
+            })
+        }
+        #[cfg(target_arch = "wasm32")]
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            let $gpu = $crate::kernels::testutil::test_gpu().await;
+            let $gpu = &$gpu;
+            $body
+        }
+    };
 }

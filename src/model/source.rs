@@ -2,7 +2,7 @@
 //! (host tensors of one block, embedding rows, output-table rows), [`Fetch`] (an async store
 //! that must fetch a piece before the source can read it) and [`LoadStep`], the pieces a
 //! model is read in, with the tensors each holds ([`step_tensors`]). The model defines this
-//! seam; the weight store (`crate::store`) implements it. Here too: [`CheckpointSource`], a
+//! seam; the weight store (src/store, a layer above) implements it. Here too: [`CheckpointSource`], a
 //! checkpoint held in host memory.
 
 use crate::base::config::ModelConfig;
@@ -23,7 +23,7 @@ pub struct LayerHost {
 }
 
 /// Where streamed weights come from: a checkpoint in memory ([`CheckpointSource`]), random weights
-/// at a real shape for benchmarks (`model::synthetic`), the weight store (`crate::store`).
+/// at a real shape for benchmarks (`model::synthetic`), the weight store (src/store).
 pub trait WeightSource: Send + Sync {
     fn config(&self) -> &ModelConfig;
     fn layer(&self, i: usize) -> Result<LayerHost>;

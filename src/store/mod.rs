@@ -9,7 +9,8 @@
 //! IndexedDB in the browser (`idb::IdbStore`), any [`ChunkStore`] natively. The store
 //! implements the model's weight-source seam: [`source::StoreSource`] reads only the chunks a
 //! block or a set of embedding rows needs, and [`staged::StoreFetch`] stages them from an async
-//! store one load step at a time. Putting models in is `crate::import`'s job.
+//! store one load step at a time. Putting models in is the import layer's job (src/import,
+//! above this one).
 
 pub mod asyncstore;
 #[cfg(not(target_arch = "wasm32"))]
