@@ -220,7 +220,11 @@ impl Gpu {
         for (i, t) in bindings.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: t.buf.as_entire_binding() });
         }
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &kernel.layout, entries: &entries })
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &kernel.layout,
+            entries: &entries,
+        })
     }
 
     /// Write the filled parameter slots (before the submission that reads them).

@@ -29,7 +29,9 @@ fn matmul_weight_dtypes_gflops() {
         let gpu = &test_gpu().await;
         let v = match std::env::var("WEBTUNE_VARIANT") {
             Ok(s) => Variant::parse(&s).expect("WEBTUNE_VARIANT: a variant name"),
-            Err(_) => candidates(gpu).into_iter().find(|v| matches!(v, Variant::Shared { .. })).unwrap_or(Variant::Blocked),
+            Err(_) => {
+                candidates(gpu).into_iter().find(|v| matches!(v, Variant::Shared { .. })).unwrap_or(Variant::Blocked)
+            }
         };
         println!("variant {}", v.name());
         let mut rng = Rng::new(1);
@@ -45,7 +47,7 @@ fn matmul_weight_dtypes_gflops() {
                     let shape = if nt { [n, k] } else { [k, n] };
                     let b = gpu.upload_f32_as(&w, &shape, dtype, Category::Weights).unwrap();
                     let left = gpu.upload_f32(&rng.vec(m * r, 1.0), &[m, r], Category::Activations).unwrap();
-                    let right = if nt { rng.vec(n * r, 0.1) } else { rng.vec(r * n, 0.1) };
+                    let right = rng.vec(n * r, 0.1); // (n, r) for nt, (r, n) for nn
                     let right_shape = if nt { [n, r] } else { [r, n] };
                     let right = gpu.upload_f32(&right, &right_shape, Category::Activations).unwrap();
                     for lora in [false, true] {

@@ -392,9 +392,8 @@ pub(super) fn lora_key(fused: Option<Fused>) -> &'static str {
 fn lanes(m: usize, n: usize) -> (usize, usize) {
     match (m <= 8, n <= 8) {
         (false, true) => (1, 64),
-        (true, false) => ((n.div_ceil(8) / 16).clamp(8, 64).next_power_of_two().min(64), 1),
+        (true, false) => ((n.div_ceil(8) / 16).clamp(8, 64).next_power_of_two(), 1),
         (true, true) => (8, 8),
-        // 8 × 8, or fewer along M where that computes fewer rows past M (an MLP chunk).
         (false, false) => {
             let wy = super::arrange(m, n, 8, 8, 64, 8);
             (64 / wy, wy)

@@ -233,7 +233,6 @@ pub fn matmul_tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
     blocked::tn(gpu, a, b, c, alpha, beta)
 }
 
-/// 2·M·N·K: one multiply and one add per term.
 /// How a workgroup of `r` equal blocks (each `bm` rows × `bn` columns of C) is arranged: the
 /// number along M (a power of two dividing `r`, at most `most`; the rest along N) that
 /// computes the fewest outputs past the edges of an (m, n) product, the most along M on a tie.
@@ -252,6 +251,7 @@ fn arrange(m: usize, n: usize, bm: usize, bn: usize, r: usize, most: usize) -> u
         .unwrap_or(1)
 }
 
+/// 2·M·N·K: one multiply and one add per term.
 fn flops(m: usize, n: usize, k: usize) -> u64 {
     2 * (m * n * k) as u64
 }

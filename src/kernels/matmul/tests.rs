@@ -229,4 +229,3 @@ gpu_test!(async fn matmul_variants_agree_and_names_round_trip(gpu) {
     assert_eq!(Variant::parse("shared12x8/8/sg8"), None);
     assert_eq!(Variant::parse("tiled"), None);
 });
-
