@@ -19,13 +19,13 @@ use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::attention_cached::{attention_cached, HeadShape};
 use crate::kernels::cross_entropy::LoadChunk;
-use crate::kernels::elementwise::{axpy, copy_rows};
+use crate::kernels::elementwise::copy_rows;
 use crate::kernels::embedding::embedding_forward;
 use crate::kernels::matmul::{matmul_nn, matmul_nt};
 use crate::kernels::rmsnorm::rmsnorm_forward;
-use crate::kernels::rope::{rope_forward_at, rope_table, RopeTable};
+use crate::kernels::rope::{rope_into_cache, rope_table, RopeTable};
 use crate::kernels::swiglu::swiglu_forward;
-use crate::model::block::{block_forward, lora_linear_forward, BlockCtx};
+use crate::model::block::{block_forward, lora_linear_forward, lora_linear_forward_residual, BlockCtx};
 use crate::model::lora::{Lora, LoraPair};
 use crate::model::weights::{LayerWeights, Linear};
 use crate::model::Model;
@@ -256,18 +256,17 @@ async fn read_logits(gpu: &Gpu, logits: &Tensor) -> Result<Vec<f32>> {
 /// the same n, so that a decode step allocates nothing.
 struct Workspace {
     n: usize,
-    ids: Tensor,    // (n) u32
-    x: [Tensor; 2], // (n, C) block input and output, alternating
-    xn: Tensor,     // (n, C) rmsnorm output (both norms of a block)
-    rstd: Tensor,   // (n)
-    q: Tensor,      // (n, Hq·D)
-    k: Tensor,      // (n, Hkv·D)
-    v: Tensor,      // (n, Hkv·D)
-    o: Tensor,      // (n, Hq·D)
-    h: Tensor,      // (n, C) residual after attention
-    g: Tensor,      // (n, F)
-    u: Tensor,      // (n, F)
-    m: Tensor,      // (n, F)
+    ids: Tensor,  // (n) u32
+    x: Tensor,    // (n, C) the residual stream, each block updating it in place
+    xn: Tensor,   // (n, C) rmsnorm output (both norms of a block)
+    rstd: Tensor, // (n)
+    q: Tensor,    // (n, Hq·D)
+    k: Tensor,    // (n, Hkv·D)
+    v: Tensor,    // (n, Hkv·D)
+    o: Tensor,    // (n, Hq·D)
+    g: Tensor,    // (n, F)
+    u: Tensor,    // (n, F)
+    m: Tensor,    // (n, F)
     out: LogitsBufs,
 }
 
@@ -279,14 +278,13 @@ impl Workspace {
         Ok(Workspace {
             n,
             ids: gpu.zeros(&[n], DType::F32, Category::Activations)?,
-            x: [act(gpu, &[n, c])?, act(gpu, &[n, c])?],
+            x: act(gpu, &[n, c])?,
             xn: act(gpu, &[n, c])?,
             rstd: act(gpu, &[n])?,
             q: act(gpu, &[n, qd])?,
             k: act(gpu, &[n, kvd])?,
             v: act(gpu, &[n, kvd])?,
             o: act(gpu, &[n, qd])?,
-            h: act(gpu, &[n, c])?,
             g: act(gpu, &[n, f])?,
             u: act(gpu, &[n, f])?,
             m: act(gpu, &[n, f])?,
@@ -362,7 +360,7 @@ impl<'a> Decoder<'a> {
             }
         };
         gpu.write_f32(&ws.ids, bytemuck::cast_slice(ids));
-        self.model.embed_ids(gpu, ids, &ws.ids, &ws.x[0]).await?;
+        self.model.embed_ids(gpu, ids, &ws.ids, &ws.x).await?;
         let model = self.model;
         for l in 0..model.cfg.layers {
             let w = model.fetch_layer(gpu, l).await?;
@@ -373,48 +371,56 @@ impl<'a> Decoder<'a> {
             }
         }
         self.cache.len = p0 + n;
-        let x = &ws.x[self.model.cfg.layers % 2];
-        ws.out.compute(gpu, self.model, x).await?;
+        ws.out.compute(gpu, self.model, &ws.x).await?;
         let logits = ws.out.logits.clone();
         self.ws = Some(ws);
         Ok(logits)
     }
 
-    /// y = linear p of layer l applied to x: merged, or the frozen weight plus LoRA.
-    fn proj(&self, gpu: &Gpu, w: &LayerWeights, l: usize, p: Proj, x: &Tensor, y: &Tensor) -> Result<()> {
+    /// y = linear p of layer l applied to x: merged, or the frozen weight plus LoRA; with
+    /// `residual`, y += that instead.
+    #[allow(clippy::too_many_arguments)]
+    fn proj(
+        &self,
+        gpu: &Gpu,
+        w: &LayerWeights,
+        l: usize,
+        p: Proj,
+        x: &Tensor,
+        y: &Tensor,
+        residual: bool,
+    ) -> Result<()> {
+        let forward = if residual { lora_linear_forward_residual } else { lora_linear_forward };
         if let Some(m) = self.merged.as_ref().and_then(|m| m.layers[l][p as usize].as_ref()) {
-            return lora_linear_forward(gpu, x, m, None, 0.0, y);
+            return forward(gpu, x, m, None, 0.0, y);
         }
         let lin = w.linear(p);
         let pair = self.lora.and_then(|lo| lo.params.pair(l, p));
-        lora_linear_forward(gpu, x, lin, pair, self.lora.map_or(0.0, |lo| lo.scale()), y)
+        forward(gpu, x, lin, pair, self.lora.map_or(0.0, |lo| lo.scale()), y)
     }
 
-    /// Decoder block l over ws.x[l % 2] (n, C) at positions p0.., into ws.x[(l + 1) % 2]; as
-    /// [`block_forward`] but with the cache:
-    /// y = h + down(silu(gate(xn2))·up(xn2)), h = x + o(attn(rope(q), cache k, v)).
+    /// Decoder block l over the residual stream ws.x (n, C) at positions p0.., in place; as
+    /// [`block_forward`] but with the cache, and with each residual add done by the product
+    /// that feeds it (o and down add into x as they store):
+    /// x += down(silu(gate(xn2))·up(xn2)) after x += o(attn(rope(q), cache k, v)).
     fn block(&mut self, gpu: &Gpu, ws: &Workspace, w: &LayerWeights, l: usize, p0: usize) -> Result<()> {
         let cfg = &self.model.cfg;
-        let (x, y) = (&ws.x[l % 2], &ws.x[(l + 1) % 2]);
+        let x = &ws.x;
         let eps = cfg.rms_norm_eps as f32;
         rmsnorm_forward(gpu, x, &w.input_norm, eps, &ws.xn, &ws.rstd);
-        self.proj(gpu, w, l, Proj::Q, &ws.xn, &ws.q)?;
-        self.proj(gpu, w, l, Proj::K, &ws.xn, &ws.k)?;
-        self.proj(gpu, w, l, Proj::V, &ws.xn, &ws.v)?;
-        rope_forward_at(gpu, &ws.q, cfg.heads, &self.rope, p0);
-        rope_forward_at(gpu, &ws.k, cfg.kv_heads, &self.rope, p0);
-        copy_rows(gpu, &ws.k, 0, &self.cache.k[l], p0, ws.n);
-        copy_rows(gpu, &ws.v, 0, &self.cache.v[l], p0, ws.n);
+        self.proj(gpu, w, l, Proj::Q, &ws.xn, &ws.q, false)?;
+        self.proj(gpu, w, l, Proj::K, &ws.xn, &ws.k, false)?;
+        self.proj(gpu, w, l, Proj::V, &ws.xn, &ws.v, false)?;
+        let (ck, cv) = (&self.cache.k[l], &self.cache.v[l]);
+        rope_into_cache(gpu, &ws.q, &ws.k, &ws.v, cfg.heads, cfg.kv_heads, &self.rope, p0, ck, cv);
         let heads = HeadShape { heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
         attention_cached(gpu, &heads, &ws.q, &self.cache.k[l], &self.cache.v[l], p0, &ws.o);
-        self.proj(gpu, w, l, Proj::O, &ws.o, &ws.h)?;
-        axpy(gpu, 1.0, x, &ws.h);
-        rmsnorm_forward(gpu, &ws.h, &w.post_norm, eps, &ws.xn, &ws.rstd);
-        self.proj(gpu, w, l, Proj::Gate, &ws.xn, &ws.g)?;
-        self.proj(gpu, w, l, Proj::Up, &ws.xn, &ws.u)?;
+        self.proj(gpu, w, l, Proj::O, &ws.o, x, true)?;
+        rmsnorm_forward(gpu, x, &w.post_norm, eps, &ws.xn, &ws.rstd);
+        self.proj(gpu, w, l, Proj::Gate, &ws.xn, &ws.g, false)?;
+        self.proj(gpu, w, l, Proj::Up, &ws.xn, &ws.u, false)?;
         swiglu_forward(gpu, &ws.g, &ws.u, &ws.m);
-        self.proj(gpu, w, l, Proj::Down, &ws.m, y)?;
-        axpy(gpu, 1.0, &ws.h, y);
+        self.proj(gpu, w, l, Proj::Down, &ws.m, x, true)?;
         Ok(())
     }
 }

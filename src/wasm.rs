@@ -191,6 +191,14 @@ impl Engine {
         }
     }
 
+    /// Time every dispatch of each training step from now on (`true`) and report the kernels
+    /// in the step's `profile`, or stop (`false`, the default).
+    #[wasm_bindgen(js_name = setProfile)]
+    pub fn set_profile(&self, on: bool) -> Result<(), JsValue> {
+        self.rt.try_borrow_mut().map_err(|_| busy())?.set_profile(on);
+        Ok(())
+    }
+
     /// For models loaded from now on, run the reference kernels (`true`) or the variants
     /// measured fastest on this device (`false`, the default); `ModelInfo.kernels` says which.
     #[wasm_bindgen(js_name = useReferenceKernels)]

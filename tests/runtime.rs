@@ -83,8 +83,19 @@ fn import_train_save_resume_export() {
         assert_eq!((s.total_steps, s.examples), (6, 3));
         let mut losses = Vec::new();
         while !rt.training_done() {
+            // Step 2 is profiled (the resumed run below, unprofiled, must still match it).
+            rt.set_profile(losses.len() == 1);
             let r = rt.train_step().await.expect("a step");
             assert!(r.memory.peak > 0 && !r.memory.timeline.is_empty(), "memory is reported per step");
+            match (&r.profile, r.step) {
+                (Some(p), 2) => {
+                    let mm: Vec<_> = p.kernels.iter().filter(|k| k.name.starts_with("matmul_")).collect();
+                    assert!(!mm.is_empty() && mm.iter().all(|k| k.calls > 0 && k.flops > 0.0), "{p:?}");
+                    assert!(p.kernels.iter().map(|k| k.ms).sum::<f64>() > 0.0, "the kernels were timed: {p:?}");
+                }
+                (None, s) if s != 2 => {}
+                (p, s) => panic!("step {s}: profile {p:?} (only step 2 was profiled)"),
+            }
             losses.push(r.loss);
             if r.step == 3 {
                 rt.save_session().await.expect("saves");

@@ -67,6 +67,10 @@ export interface TrainOptions {
    *  A step that would need more fails with an Error named "Budget" saying how much it
    *  needed; the last saved checkpoint is kept. */
   memoryBudget?: number;
+  /** Time every dispatch of each step and report where the GPU time went, kernel by kernel,
+   *  in StepReport.profile (a profiled step runs slower: each timed dispatch gets a compute
+   *  pass of its own). Default false. */
+  profile?: boolean;
 }
 
 export interface TrainHandlers {
@@ -269,6 +273,7 @@ export class Webtune {
       dataset,
       saveEvery: options.saveEvery ?? config.saveEvery ?? 50,
       memoryBudget: options.memoryBudget ?? null,
+      profile: options.profile ?? false,
     };
     return this.call('train', [request], (e) => this.trainEvent(e, handlers));
   }

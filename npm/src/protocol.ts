@@ -37,6 +37,8 @@ export interface TrainRequest {
   saveEvery: number;
   /** Most GPU bytes the run may hold at once; null: no limit but the device's. */
   memoryBudget: number | null;
+  /** Time each step's dispatches kernel by kernel (StepReport.profile). */
+  profile: boolean;
 }
 
 /** Every method the worker answers: its arguments and its result. */

@@ -18,6 +18,9 @@ import type { TrainConfig as RustTrainConfig } from './generated/TrainConfig.js'
 export type { Bytes } from './generated/Bytes.js';
 export type { DeviceInfo } from './generated/DeviceInfo.js';
 export type { DeviceLimits } from './generated/DeviceLimits.js';
+export type { KernelProfile } from './generated/KernelProfile.js';
+export type { Profile as StepProfile } from './generated/Profile.js';
+export type { Timing as ProfileTiming } from './generated/Timing.js';
 export type { MemoryReport } from './generated/MemoryReport.js';
 export type { Sample as MemorySample } from './generated/Sample.js';
 export type { PartialImport } from './generated/PartialImport.js';

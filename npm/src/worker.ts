@@ -35,6 +35,7 @@ interface EngineApi {
   exampleTokens(prompt: string, response: string): number;
   startTraining(sessionId: string, config: EngineTrainConfig, dataset: string): Promise<SessionInfo>;
   setMemoryBudget(bytes: number | null): void;
+  setProfile(on: boolean): void;
   useReferenceKernels(on: boolean): void;
   trainStep(): Promise<StepReport>;
   trainingDone(): boolean;
@@ -218,6 +219,7 @@ const handlers: Handlers = {
     if (run?.loop) throw busyTraining();
     const info = await gpu(async (e) => {
       e.setMemoryBudget(req.memoryBudget);
+      e.setProfile(req.profile);
       return e.startTraining(req.sessionId, req.config, req.dataset);
     });
     post({ event: 'session', id, data: info });

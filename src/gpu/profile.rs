@@ -19,6 +19,7 @@ pub(super) const MAX_TIMED: u32 = 256;
 
 /// One kernel's totals over a profiled span.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct KernelProfile {
     /// The pipeline key: kernel and variant ("matmul_nt/q4/true/true").
     pub name: String,
@@ -42,6 +43,7 @@ impl KernelProfile {
 
 /// How a profile was timed.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum Timing {
     /// Timestamp queries around each dispatch's compute pass.
@@ -54,6 +56,7 @@ pub enum Timing {
 
 /// The kernels of a profiled span, most time first.
 #[derive(Clone, Debug, serde::Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Profile {
     pub timing: Timing,
     pub kernels: Vec<KernelProfile>,

@@ -23,7 +23,7 @@ pub mod swiglu;
 pub mod testutil;
 pub mod tune;
 
-pub use tune::{tune, TuneCache, Tuned};
+pub use tune::{tune, use_reference, TuneCache, Tuned};
 
 /// Replace each `{{KEY}}` in `src` with its value.
 pub fn render(src: &str, vars: &[(&str, String)]) -> String {

@@ -6,6 +6,8 @@
 //! - [`rope_forward`]: rotation by +angle; [`rope_backward`]: by −angle (the transpose), which
 //!   turns dy into dx. Nothing is saved: the table is all backward needs.
 //! - [`rope_forward_at`]: generation (batch 1, KV cache): row r is at position pos0 + r.
+//! - [`rope_into_cache`]: generation's new q, k and v rows in one dispatch: q rotated in place,
+//!   k rotated into the key cache, v copied into the value cache.
 //!
 //! One invocation handles 4 pairs of one (row, head), as vec4 when D/2 % 4 == 0.
 
@@ -13,6 +15,7 @@ use crate::gpu::{Category, DType, Gpu, GpuError, Tensor};
 use crate::kernels::render;
 
 const SRC: &str = include_str!("rope.wgsl");
+const CACHE_SRC: &str = include_str!("rope_cache.wgsl");
 
 /// cos/sin of the rotary angles, each (seq, D/2) f32.
 pub struct RopeTable {
@@ -129,6 +132,76 @@ pub fn rope_forward(gpu: &Gpu, x: &Tensor, heads: usize, table: &RopeTable) {
 /// (pos0 + n ≤ table.seq). Generation uses it for the n new tokens after pos0 cached ones.
 pub fn rope_forward_at(gpu: &Gpu, x: &Tensor, heads: usize, table: &RopeTable, pos0: usize) {
     rope(gpu, "rope_forward_at", x, heads, table, 1.0, pos0);
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CacheParams {
+    total: u32,
+    hq: u32,
+    hkv: u32,
+    half: u32,
+    groups: u32,
+    pos0: u32,
+    _p: [u32; 2],
+}
+
+/// The decoder's n new rows at positions pos0.. in one dispatch: q (n, Hq·D) rotated in place
+/// (as [`rope_forward_at`]), k (n, Hkv·D) rotated into rows pos0.. of `cache_k` and v copied
+/// into the same rows of `cache_v` (both (max_seq, Hkv·D)); k and v are left as they were.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_into_cache(
+    gpu: &Gpu,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+    table: &RopeTable,
+    pos0: usize,
+    cache_k: &Tensor,
+    cache_v: &Tensor,
+) {
+    let (n, d) = (q.rows(), table.head_dim);
+    let kvd = kv_heads * d;
+    assert!(
+        [q, k, v, cache_k, cache_v].iter().all(|t| t.dtype == DType::F32)
+            && q.cols() == heads * d
+            && k.rows() == n
+            && k.cols() == kvd
+            && v.shape == k.shape
+            && cache_k.cols() == kvd
+            && cache_v.shape == cache_k.shape
+            && pos0 + n <= cache_k.rows().min(table.seq),
+        "rope_into_cache: q {:?}, k {:?}, v {:?}, caches {:?} {:?}, heads {heads}/{kv_heads}, D {d}, pos0 {pos0}, \
+         table seq {} (want f32, q (n, heads·D), k and v (n, kv_heads·D), pos0 + n within the caches and the table)",
+        q.shape,
+        k.shape,
+        v.shape,
+        cache_k.shape,
+        cache_v.shape,
+        table.seq
+    );
+    let half = d / 2;
+    let groups = half.div_ceil(4);
+    let total = n * (heads + kv_heads) * groups;
+    if total == 0 {
+        return;
+    }
+    let (ty, w) = if half % 4 == 0 { ("vec4<f32>", 4) } else { ("f32", 1) };
+    let pipeline =
+        gpu.pipeline(&format!("rope_cache/{ty}"), || render(CACHE_SRC, &[("T", ty.into()), ("W", w.to_string())]));
+    let p = CacheParams {
+        total: total as u32,
+        hq: heads as u32,
+        hkv: kv_heads as u32,
+        half: half as u32,
+        groups: groups as u32,
+        pos0: pos0 as u32,
+        _p: [0; 2],
+    };
+    let bindings = [q, k, v, cache_k, cache_v, &table.cos, &table.sin];
+    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &bindings, crate::gpu::groups(total.div_ceil(64) as u32));
 }
 
 /// In place: dy (rows, heads·D) becomes dx, the rotation by −angle (the transpose of forward's).
@@ -256,6 +329,36 @@ mod tests {
             let want = reference::rotate(&f64s(&x), rows, heads, d, seq - pos0, &cos, &sin, 1.0);
             let what = format!("rope_forward_at seq {seq} rows {rows} pos0 {pos0} heads {heads} D {d}");
             assert_close(&what, &gpu.read_f32(&tx).await.unwrap(), &want, 1e-6, 1e-5);
+        }
+    });
+
+    gpu_test!(async fn rope_into_cache_equals_rotate_then_copy(gpu) {
+        // (max_seq, n, pos0, Hq, Hkv, D): scalar and vec4 halves, one decode row at the last
+        // position, a prompt at 0. Bit for bit what rope_forward_at + copy_rows give.
+        use crate::kernels::elementwise::copy_rows;
+        for (seq, n, pos0, hq, hkv, d) in [(23, 5, 9, 3, 1, 10), (20, 7, 13, 4, 2, 16), (17, 1, 16, 3, 3, 6), (4, 4, 0, 2, 1, 8)] {
+            let mut rng = Rng::new((seq * 100 + pos0 * 10 + d) as u64);
+            let table = rope_table(gpu, seq, d, 10_000.0).unwrap();
+            let (q, k, v) = (rng.vec(n * hq * d, 1.0), rng.vec(n * hkv * d, 1.0), rng.vec(n * hkv * d, 1.0));
+            let cache0 = rng.vec(seq * hkv * d, 1.0);
+            let up = |x: &[f32], shape: &[usize]| gpu.upload_f32(x, shape, Category::Activations).unwrap();
+            let (tq, tk, tv) = (up(&q, &[n, hq * d]), up(&k, &[n, hkv * d]), up(&v, &[n, hkv * d]));
+            let (ck, cv) = (up(&cache0, &[seq, hkv * d]), up(&cache0, &[seq, hkv * d]));
+            rope_into_cache(gpu, &tq, &tk, &tv, hq, hkv, &table, pos0, &ck, &cv);
+            let got = [&tq, &tk, &tv, &ck, &cv];
+            // The two-step way: rotate q and k in place, then copy k and v into the caches.
+            let (rq, rk, rv) = (up(&q, &[n, hq * d]), up(&k, &[n, hkv * d]), up(&v, &[n, hkv * d]));
+            let (rck, rcv) = (up(&cache0, &[seq, hkv * d]), up(&cache0, &[seq, hkv * d]));
+            rope_forward_at(gpu, &rq, hq, &table, pos0);
+            rope_forward_at(gpu, &rk, hkv, &table, pos0);
+            copy_rows(gpu, &rk, 0, &rck, pos0, n);
+            copy_rows(gpu, &rv, 0, &rcv, pos0, n);
+            let want = [&rq, &up(&k, &[n, hkv * d]), &rv, &rck, &rcv];
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                let (g, w) = (gpu.read_f32(g).await.unwrap(), gpu.read_f32(w).await.unwrap());
+                let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "rope_into_cache seq {seq} n {n} pos0 {pos0} heads {hq}/{hkv} D {d}: output {i} differs");
+            }
         }
     });
 }

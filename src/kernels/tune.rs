@@ -39,6 +39,13 @@ pub async fn gpu_time(gpu: &Gpu, reps: usize, mut f: impl FnMut()) -> Result<f64
     Ok(best)
 }
 
+/// Forget every choice: the reference kernels of every family run from now on.
+pub fn use_reference(gpu: &Gpu) {
+    for family in [matmul::CHOICE, matmul::THIN_CHOICE, matmul::GEMV_CHOICE, attention::CHOICE] {
+        gpu.set_choice(family, None);
+    }
+}
+
 /// One candidate as [`tune`] measured it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Measured {
@@ -140,12 +147,16 @@ pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cac
     if let Some(c) = cache.choices.get(&key) {
         let mm = c.get(matmul::CHOICE).and_then(|s| Variant::parse(s));
         let at = c.get(attention::CHOICE).and_then(|s| attention::Tuning::parse(s));
-        if let (Some(v), Some(t)) = (mm, at) {
+        let thin = c.get(matmul::THIN_CHOICE).filter(|s| *s == "blocked" || *s == matmul::SPLIT_K);
+        let gemv = c.get(matmul::GEMV_CHOICE).filter(|s| *s == "blocked" || matmul::gemv_runnable(gpu, s));
+        if let (Some(v), Some(t), Some(thin), Some(gemv)) = (mm, at, thin, gemv) {
             let ok = matmul::candidates(gpu).contains(&v)
                 && (v == Variant::Blocked || matmul::agrees(gpu, v, dtype).await?);
             if ok {
                 gpu.set_choice(matmul::CHOICE, (v != Variant::Blocked).then(|| v.name()));
                 gpu.set_choice(attention::CHOICE, Some(t.name()));
+                gpu.set_choice(matmul::THIN_CHOICE, (thin == matmul::SPLIT_K).then(|| thin.clone()));
+                gpu.set_choice(matmul::GEMV_CHOICE, (gemv != "blocked").then(|| gemv.clone()));
                 return Ok(Tuned { key, chosen: c.clone(), cached: true, measured: Vec::new() });
             }
         }
@@ -153,11 +164,16 @@ pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cac
     let m = tokens.clamp(1, 512);
     let shapes = [(m, cfg.hidden, cfg.intermediate), (m, cfg.hidden, cfg.heads * cfg.head_dim)];
     let mut measured = matmul::choose(gpu, &shapes, dtype, 3).await?;
+    measured.extend(matmul::choose_thin(gpu, m, &[cfg.hidden, cfg.intermediate], 8, 3).await?);
+    let (c, f) = (cfg.hidden, cfg.intermediate);
+    measured.extend(matmul::choose_gemv(gpu, &[(c, c), (c, f), (f, c)], dtype, 3).await?);
     let s = attention::AttnShape { batch: 1, seq: m, heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
     measured.extend(attention::choose(gpu, &s, 3).await?);
     let chosen: BTreeMap<String, String> = [
         (matmul::CHOICE.to_string(), Variant::of(gpu).name()),
         (attention::CHOICE.to_string(), attention::tuning_of(gpu).name()),
+        (matmul::THIN_CHOICE.to_string(), gpu.choice(matmul::THIN_CHOICE).unwrap_or_else(|| "blocked".into())),
+        (matmul::GEMV_CHOICE.to_string(), gpu.choice(matmul::GEMV_CHOICE).unwrap_or_else(|| "blocked".into())),
     ]
     .into();
     cache.choices.insert(key.clone(), chosen.clone());

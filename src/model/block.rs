@@ -16,7 +16,7 @@ use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
-use crate::kernels::matmul::{matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_lora, matmul_tn, Fused};
+use crate::kernels::matmul::{matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_with, matmul_tn, Fused, Variant};
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
 use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
@@ -59,6 +59,20 @@ pub fn lora_linear_forward(
     lora_linear_forward_keep(gpu, x, lin, lora, s, y, false).map(|_| ())
 }
 
+/// y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ + y: a linear whose output joins the residual stream y in the
+/// same pass (decoding: no separate add, no second buffer). The sum is formed as
+/// [`lora_linear_forward`]'s result plus y, so it rounds as that followed by an add would.
+pub fn lora_linear_forward_residual(
+    gpu: &Gpu,
+    x: &Tensor,
+    lin: &Linear,
+    lora: Option<&LoraPair>,
+    s: f32,
+    y: &Tensor,
+) -> Result<()> {
+    forward(gpu, x, lin, lora, s, y, 1.0, false).map(|_| ())
+}
+
 /// As [`lora_linear_forward`]; with `keep_h` (MeBP, full) h = x·Aᵀ is returned for the backward.
 pub fn lora_linear_forward_keep(
     gpu: &Gpu,
@@ -69,15 +83,32 @@ pub fn lora_linear_forward_keep(
     y: &Tensor,
     keep_h: bool,
 ) -> Result<Option<Tensor>> {
-    if let Some(l) = lora {
-        let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
-        matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
-        // y = x·Wᵀ + b + s·h·Bᵀ in one pass over y.
-        matmul_nt_lora(gpu, x, &lin.w, lin.b.as_ref(), y, Fused { left: &h, right: &l.b, scale: s });
-        return Ok(keep_h.then_some(h));
-    }
-    matmul_nt(gpu, x, &lin.w, lin.b.as_ref(), y, 1.0, 0.0);
-    Ok(None)
+    forward(gpu, x, lin, lora, s, y, 0.0, keep_h)
+}
+
+/// y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ + β·y, the LoRA term in the same pass over y; h = x·Aᵀ returned
+/// with `keep_h`.
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    gpu: &Gpu,
+    x: &Tensor,
+    lin: &Linear,
+    lora: Option<&LoraPair>,
+    s: f32,
+    y: &Tensor,
+    beta: f32,
+    keep_h: bool,
+) -> Result<Option<Tensor>> {
+    let v = Variant::of(gpu);
+    let Some(l) = lora else {
+        matmul_nt_with(gpu, v, x, &lin.w, lin.b.as_ref(), y, 1.0, beta, None);
+        return Ok(None);
+    };
+    let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
+    matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
+    let f = Fused { left: &h, right: &l.b, scale: s };
+    matmul_nt_with(gpu, v, x, &lin.w, lin.b.as_ref(), y, 1.0, beta, Some(f));
+    Ok(keep_h.then_some(h))
 }
 
 /// dx (N, in) = beta·dx + dy·W + s·(dy·B)·A, and (accumulated, +=) dB += s·dyᵀ·h, dA += s·gᵀ·x

@@ -163,6 +163,9 @@ pub struct StepInfo {
     /// The loss or the gradients were not finite (NaN or infinite): nothing was updated and
     /// `step` did not advance. Three in a row stop the run with an error (see `Trainer::step`).
     pub skipped: bool,
+    /// Where the step's GPU time went, kernel by kernel (only while profiling is on: the
+    /// Engine's `setProfile`, the client's `train({ profile: true })`).
+    pub profile: Option<crate::gpu::profile::Profile>,
 }
 
 /// A stored session as listed.

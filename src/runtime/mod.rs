@@ -68,6 +68,8 @@ pub struct Runtime<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> {
     adapter: Option<Lora>,
     /// Run the reference kernels, not the variants measured fastest ([`Runtime::set_reference_kernels`]).
     reference_kernels: bool,
+    /// Time every dispatch of each training step, kernel by kernel ([`Runtime::set_profile`]).
+    profile: bool,
 }
 
 /// The store key of the kernel choices ([`crate::kernels::TuneCache`], JSON).
@@ -75,7 +77,15 @@ pub const KERNELS_KEY: &str = "kernels/choices.json";
 
 impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
     pub fn new(gpu: Gpu, store: S) -> Runtime<S> {
-        Runtime { gpu, store: Arc::new(store), loaded: None, run: None, adapter: None, reference_kernels: false }
+        Runtime {
+            gpu,
+            store: Arc::new(store),
+            loaded: None,
+            run: None,
+            adapter: None,
+            reference_kernels: false,
+            profile: false,
+        }
     }
 
     /// Carry on on a new device after the last was lost: what lived on the old one (the loaded
@@ -87,13 +97,19 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
         self.gpu = gpu;
     }
 
+    /// With `on`, each training step from now on times its dispatches kernel by kernel and
+    /// reports them in [`StepInfo::profile`] (timestamp queries where the adapter has them;
+    /// each timed dispatch gets a compute pass of its own, so a profiled step is slower).
+    pub fn set_profile(&mut self, on: bool) {
+        self.profile = on;
+    }
+
     /// With `on`, models loaded from now on run the reference kernels instead of the variants
     /// measured fastest on this device (to compare, or to rule a variant out).
     pub fn set_reference_kernels(&mut self, on: bool) {
         self.reference_kernels = on;
         if on {
-            self.gpu.set_choice(crate::kernels::matmul::CHOICE, None);
-            self.gpu.set_choice(crate::kernels::attention::CHOICE, None);
+            crate::kernels::use_reference(&self.gpu);
         }
     }
 
@@ -102,8 +118,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
     /// on every load). Training-sized products: 256 tokens.
     async fn tune(&self, cfg: &crate::base::config::ModelConfig, dtype: crate::gpu::DType) -> String {
         if self.reference_kernels {
-            self.gpu.set_choice(crate::kernels::matmul::CHOICE, None);
-            self.gpu.set_choice(crate::kernels::attention::CHOICE, None);
+            crate::kernels::use_reference(&self.gpu);
             return format!(
                 "matmul: blocked; attention: {} (the reference kernels, as asked)",
                 crate::kernels::attention::tuning_of(&self.gpu).name()
@@ -124,8 +139,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
                 t.summary()
             }
             Err(e) => {
-                self.gpu.set_choice(crate::kernels::matmul::CHOICE, None);
-                self.gpu.set_choice(crate::kernels::attention::CHOICE, None);
+                crate::kernels::use_reference(&self.gpu);
                 format!("matmul: blocked; attention: reference (choosing failed: {e})")
             }
         }

@@ -84,7 +84,12 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
         }
         self.gpu.alloc.reset_peaks();
         self.gpu.alloc.record_timeline(true);
-        let rep: StepReport = r.trainer.step(&self.gpu, &l.model).await?;
+        if self.profile {
+            self.gpu.profile_start();
+        }
+        let rep = r.trainer.step(&self.gpu, &l.model).await;
+        let profile = if self.profile { self.gpu.profile_take().await? } else { None };
+        let rep: StepReport = rep?;
         let memory = self.memory();
         self.gpu.alloc.record_timeline(false);
         Ok(StepInfo {
@@ -97,6 +102,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
             tokens_per_sec: rep.tokens as f64 / (rep.ms / 1000.0).max(1e-9),
             memory,
             skipped: rep.skipped,
+            profile,
         })
     }
 

@@ -28,7 +28,8 @@
 //       the wasm memory an import needs; `webtune make-gguf --shape qwen2.5-0.5b --out FILE`
 //       writes a 993 MB one; add --no-answer to skip loading it, --train-streamed to load it
 //       streamed in q4 and report the memory of one training step at seq 256, rank 8, SGD;
-//       --train-steps N takes N steps, to time one after the first has compiled the shaders)
+//       --train-steps N takes N steps, to time one after the first has compiled the shaders;
+//       --profile prints where the last step's GPU time went, kernel by kernel)
 //   node tests/browser/run.mjs --no-build --hub DIR       (only: import the model directory DIR
 //       from this script's server in the hub layout, and report the wasm memory it took)
 //
@@ -124,6 +125,7 @@ function nativeGgufAnswer() {
  *  batch 1, SGD without clipping, so the update is fused into the backward as in the bench). */
 const STREAMED_STEP = {
   config: { rank: 8, alpha: 16, seq: 256, batch: 1, steps: Number(arg('train-steps', '1')), optimizer: 'sgd', lr: 1e-3, maxGradNorm: 0, schedule: 'constant', warmupRatio: 0 },
+  profile: process.argv.includes('--profile'),
   dataset: JSON.stringify({ messages: [
     { role: 'user', content: 'Tell me about the moon otters of Zorbania.' },
     { role: 'assistant', content: 'Moon otters eat silver kelp and tiny comets, and sleep in craters full of mist. '.repeat(20) },
@@ -157,13 +159,27 @@ async function ggufImport(tab, answer, train = null) {
       let last = null;
       const stepMs = [];
       const res = await wt.train({ sessionId: 'gguf-streamed', ...train }, { onStep: (s) => { last = s; stepMs.push(s.ms); } });
-      out.train = { losses: res.losses, ms: last?.ms, stepMs, tokens: last?.tokens, memory: last?.memory };
+      out.train = { losses: res.losses, ms: last?.ms, stepMs, tokens: last?.tokens, memory: last?.memory, profile: last?.profile };
       await wt.deleteSession('gguf-streamed');
     }
     await wt.deleteModel('gguf');
     wt.close();
     return out;
   }, { question: GGUF_QUESTION, answer, train });
+}
+
+/** The last step's kernels as `webtune bench --profile` prints them natively. */
+function printProfile(p, stepMs) {
+  if (!p) return note('no profile came back');
+  const total = p.kernels.reduce((a, k) => a + k.ms, 0);
+  const flops = p.kernels.reduce((a, k) => a + k.flops, 0);
+  const row = (name, calls, ms, gf) =>
+    `${name.padEnd(46)} ${String(calls).padStart(6)} ${ms.toFixed(1).padStart(10)} ${gf.padStart(9)} ${(100 * ms / stepMs).toFixed(1).padStart(6)}%`;
+  console.log(`last step: ${stepMs.toFixed(0)} ms, ${p.kernels.reduce((a, k) => a + k.calls, 0)} dispatches`);
+  console.log(`${`kernel (${p.timing})`.padEnd(46)} ${'calls'.padStart(6)} ${'ms'.padStart(10)} ${'GFLOP/s'.padStart(9)} ${'share'.padStart(7)}`);
+  for (const k of p.kernels) console.log(row(k.name, k.calls, k.ms, k.flops > 0 && k.ms > 0 ? (k.flops / k.ms / 1e6).toFixed(1) : '-'));
+  console.log(row('all kernels', p.kernels.reduce((a, k) => a + k.calls, 0), total, total > 0 ? (flops / total / 1e6).toFixed(1) : '-'));
+  console.log(`${'not in a kernel (host, uploads, waits)'.padEnd(53)} ${(stepMs - total).toFixed(1).padStart(10)} ${''.padStart(9)} ${(100 * (stepMs - total) / stepMs).toFixed(1).padStart(6)}%`);
 }
 
 function checkGguf(g, answer) {
@@ -180,6 +196,7 @@ function checkGguf(g, answer) {
       `step times ${g.train.stepMs.map((t) => (t / 1000).toFixed(1)).join(', ')} s (the first compiles the shaders); kernels ${g.info.kernels}`);
     note(`GPU peak ${mb(m.peak)} (${cats}); weights at rest ${mb(g.info.weightBytes)}; ` +
       `stored chunks staged at most ${mb(m.stagedPeakBytes)}; wasm memory ${mb(m.wasmBytes)}`);
+    if (STREAMED_STEP.profile) printProfile(g.train.profile, g.train.ms);
   }
   if (answer) {
     const native = nativeGgufAnswer();

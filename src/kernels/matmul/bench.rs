@@ -88,3 +88,64 @@ fn matmul_weight_dtypes_gflops() {
         }
     })
 }
+
+/// LoRA's thin products as a step runs them, with r = 8: h = x·Aᵀ (`nt`, N = r), g = dy·B
+/// (`nn`, N = r) and the weight gradients dB = dyᵀ·h, dA = gᵀ·x (`tn`), at Qwen2.5-0.5B's
+/// attention (256 tokens) and MLP-chunk (107 tokens) shapes; the split-K kernels against the
+/// register-blocked ones, best of 5 rounds of 10:
+/// `cargo test --release --lib kernels::matmul::bench::thin -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn thin_gflops() {
+    block_on(async {
+        let gpu = &test_gpu().await;
+        let mut rng = Rng::new(2);
+        let r = 8;
+        // (op, M, K, N) of C (M, N) with contraction K.
+        let shapes = [
+            ("nt", 256, 896, r),
+            ("nt", 107, 4864, r),
+            ("nn", 256, 896, r),
+            ("nn", 107, 4864, r),
+            ("tn", 896, 256, r),
+            ("tn", 4864, 107, r),
+            ("tn", r, 256, 896),
+            ("tn", r, 107, 4864),
+        ];
+        for (op, m, k, n) in shapes {
+            // nt: A (m, k), B (n, k); nn: A (m, k), B (k, n); tn: A (k, m), B (k, n).
+            let (ash, bsh) = match op {
+                "nt" => ([m, k], [n, k]),
+                "nn" => ([m, k], [k, n]),
+                _ => ([k, m], [k, n]),
+            };
+            let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &ash, Category::Activations).unwrap();
+            let b = gpu.upload_f32(&rng.vec(k * n, 1.0), &bsh, Category::Activations).unwrap();
+            let c = gpu.zeros(&[m, n], DType::F32, Category::Grads).unwrap();
+            for split in [false, true] {
+                let run = || match (op, split) {
+                    ("nt", false) => blocked::nt(gpu, &a, &b, None, &c, 1.0, 0.0, None),
+                    ("nt", true) => thin::run(gpu, true, &a, &b, None, &c, 1.0, 0.0),
+                    ("nn", false) => blocked::nn(gpu, &a, &b, &c, 1.0, 0.0, None),
+                    ("nn", true) => thin::run(gpu, false, &a, &b, None, &c, 1.0, 0.0),
+                    (_, false) => blocked::tn(gpu, &a, &b, &c, 1.0, 1.0),
+                    (_, true) => thin::run_tn(gpu, &a, &b, &c, 1.0, 1.0),
+                };
+                let mut best = f64::INFINITY;
+                for round in 0..6 {
+                    gpu.sync().await.unwrap();
+                    let t0 = now_ms();
+                    for _ in 0..10 {
+                        run();
+                    }
+                    gpu.sync().await.unwrap();
+                    if round > 0 {
+                        best = best.min((now_ms() - t0) / 10.0);
+                    }
+                }
+                let name = if split { "split-K" } else { "blocked" };
+                println!("{op} {m}x{k}x{n} {name:8} {best:8.3} ms  {:6.2} GFLOP/s", flops(m, n, k) as f64 / best / 1e6);
+            }
+        }
+    })
+}

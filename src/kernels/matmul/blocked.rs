@@ -277,13 +277,7 @@ pub(super) fn nt(
     .with_lora(fused);
     let bias = bias.unwrap_or(gpu.dummy());
     let w = grid(m, n, wx, wy, rows);
-    match fused {
-        Some(l) => {
-            let f = flops(m, n, k + l.rank());
-            gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c, l.left, l.right], w, f)
-        }
-        None => gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], w, flops(m, n, k)),
-    }
+    lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], fused, w, (m, n, k));
 }
 
 /// C (M, N) = α · A (M, K) · B (K, N) + β · C, with B of any weight dtype (Q8/Q4 quantized
@@ -335,13 +329,7 @@ pub(super) fn nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
     }
     .with_lora(fused);
     let w = grid(m, n, wx, wy, rows);
-    match fused {
-        Some(l) => {
-            let f = flops(m, n, k + l.rank());
-            gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c, l.left, l.right], w, f)
-        }
-        None => gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c], w, flops(m, n, k)),
-    }
+    lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, c], fused, w, (m, n, k));
 }
 
 /// C (M, N) = α · A (K, M)ᵀ · B (K, N) + β · C, all f32.

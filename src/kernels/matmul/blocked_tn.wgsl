@@ -29,8 +29,12 @@ fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size({{WG_X}}, {{WG_Y}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+// One-dimensional workgroups of WG_X × WG_Y invocations, x fastest: a CPU adapter runs a
+// workgroup's consecutive invocations as the lanes of one SIMD vector (lavapipe vectorises
+// along x only, so a 1×64 workgroup would run 64 one-lane vectors).
+@compute @workgroup_size({{WG_X}} * {{WG_Y}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let gid = vec2<u32>(wid.x * {{WG_X}}u + li % {{WG_X}}u, wid.y * {{WG_Y}}u + li / {{WG_X}}u);
     let m0 = gid.y * 8u;
     let n0 = gid.x * 8u;
     if (m0 >= p.M || n0 >= p.N) { return; }

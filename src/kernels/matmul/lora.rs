@@ -7,7 +7,7 @@
 //! by α, so the result is α·(x·Wᵀ + (s/α)·h·Bᵀ) + bias, which for the α = 1 the model uses is
 //! exactly x·Wᵀ + s·h·Bᵀ + bias, summed in the same order by every variant.
 
-use crate::gpu::Tensor;
+use crate::gpu::{Gpu, Kernel, Tensor};
 
 /// The thin factors of a fused LoRA term: `nt`: h (M, r) and B (N, r); `nn`: g (M, r) and
 /// A (r, N); scaled by `scale` (LoRA's s).
@@ -22,6 +22,27 @@ impl Fused<'_> {
     /// r, the rank.
     pub fn rank(&self) -> usize {
         self.left.cols()
+    }
+}
+
+/// Dispatch a product (M, N) over K: its `bindings`, then the fused term's two factors when
+/// there is one, whose r columns count as that many more terms of the contraction.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dispatch(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    params: &[u8],
+    bindings: &[&Tensor],
+    fused: Option<Fused>,
+    workgroups: (u32, u32, u32),
+    (m, n, k): (usize, usize, usize),
+) {
+    match fused {
+        Some(l) => {
+            let all: Vec<&Tensor> = bindings.iter().copied().chain([l.left, l.right]).collect();
+            gpu.dispatch_flops(kernel, params, &all, workgroups, super::flops(m, n, k + l.rank()))
+        }
+        None => gpu.dispatch_flops(kernel, params, bindings, workgroups, super::flops(m, n, k)),
     }
 }
 

@@ -18,29 +18,31 @@
 //! - [`shared`]: subgroup-shared rows of A (needs subgroups): 2–2.6× on CPU emulators.
 //! - [`tiled`]: workgroup-memory tiles with register blocking: the shape GPUs want.
 //!
-//! Thin products (LoRA's rank as N, K long) always take `thin`'s split-K kernel, whatever the
-//! variant; other thin ones (M or N ≤ 8) the register-blocked kernel with all its invocations
-//! along the long side.
+//! Thin products (M or N ≤ 8: LoRA's h = x·Aᵀ, g = dy·B and its weight gradients) take the
+//! register-blocked kernel with all its invocations along the long side, whatever the variant,
+//! or, where the device chose them ([`THIN_CHOICE`], by [`choose_thin`]), `thin`'s split-K
+//! kernels: a (256, 8) product is 32 invocations, one workgroup for a GPU of a hundred cores,
+//! while on a CPU adapter the split costs more in partial sums than it gains (2–5× slower on
+//! lavapipe).
 //!
 //! Which one runs is the device's choice ([`Gpu::choice`] under [`CHOICE`]), made by
 //! [`choose`] when a model is loaded; without a choice (or with `WEBTUNE_KERNELS=reference`)
 //! the register-blocked kernels run.
 
 mod blocked;
+mod choose;
+mod gemv;
 pub mod lora;
 pub mod shared;
 mod thin;
 pub mod tiled;
 
+pub use choose::{agrees, candidates, choose, choose_gemv, choose_thin, gemv_runnable, runnable};
+pub use choose::{CHOICE, GEMV_CHOICE, SPLIT_K, THIN_CHOICE};
 pub use lora::Fused;
 
-use crate::base::error::Result;
-use crate::base::rng::Rng;
-use crate::gpu::{Category, DType, Gpu, Tensor};
-use crate::kernels::tune::Measured;
-
-/// The key of the products' variant in the device's kernel choices.
-pub const CHOICE: &str = "matmul";
+use crate::gpu::{DType, Gpu, Tensor};
+use choose::{gemv_choice, split_k};
 
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -162,8 +164,15 @@ pub fn matmul_nt_with(
         return;
     }
     match v {
+        // Decoding's one row: a subgroup per 8 outputs, where the device chose it.
+        _ if gemv::takes(m) && gemv_choice(gpu).is_some() => {
+            let (sg, rb) = gemv_choice(gpu).unwrap_or((8, 1));
+            gemv::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, rb)
+        }
         // LoRA's h = x·Aᵀ: N = r, a long K split over a workgroup.
-        _ if lora.is_none() && thin::takes(m, k, n, b.dtype) => thin::run(gpu, true, a, b, bias, c, alpha, beta),
+        _ if lora.is_none() && thin::takes(m, k, n, b.dtype) && split_k(gpu) => {
+            thin::run(gpu, true, a, b, bias, c, alpha, beta)
+        }
         // A thin product (LoRA's rank as M or N) has too few blocks for subgroups to share.
         _ if m <= 8 || n <= 8 => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
         Variant::Blocked => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
@@ -211,7 +220,9 @@ pub fn matmul_nn_with(
     }
     match v {
         // LoRA's g = dy·B: N = r, a long K split over a workgroup.
-        _ if lora.is_none() && thin::takes(m, k, n, b.dtype) => thin::run(gpu, false, a, b, None, c, alpha, beta),
+        _ if lora.is_none() && thin::takes(m, k, n, b.dtype) && split_k(gpu) => {
+            thin::run(gpu, false, a, b, None, c, alpha, beta)
+        }
         _ if m <= 8 || n <= 8 => blocked::nn(gpu, a, b, c, alpha, beta, lora),
         Variant::Blocked => blocked::nn(gpu, a, b, c, alpha, beta, lora),
         Variant::Shared { sg, shape } => shared::nn(gpu, a, b, c, alpha, beta, lora, sg, shape),
@@ -229,6 +240,9 @@ pub fn matmul_tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
     );
     if m == 0 || n == 0 {
         return;
+    }
+    if thin::takes_tn(m, k, n) && split_k(gpu) {
+        return thin::run_tn(gpu, a, b, c, alpha, beta);
     }
     blocked::tn(gpu, a, b, c, alpha, beta)
 }
@@ -254,108 +268,6 @@ fn arrange(m: usize, n: usize, bm: usize, bn: usize, r: usize, most: usize) -> u
 /// 2·M·N·K: one multiply and one add per term.
 fn flops(m: usize, n: usize, k: usize) -> u64 {
     2 * (m * n * k) as u64
-}
-
-/// The variants the autotune times on this device: every one it can run ([`runnable`]), except
-/// the workgroup-memory tiles on a CPU adapter (lavapipe, SwiftShader), where they are 5–10
-/// times slower than the register-blocked kernel and timing them would only slow every load.
-pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
-    let mut out = runnable(gpu);
-    if gpu.info.cpu {
-        out.retain(|v| !matches!(v, Variant::Tiled(_)));
-    }
-    out
-}
-
-/// Every variant this device can run for `nt` and `nn`, the register-blocked first (the tests
-/// check each against the references).
-pub fn runnable(gpu: &Gpu) -> Vec<Variant> {
-    let mut out = vec![Variant::Blocked];
-    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
-    // The shared variant needs subgroups of one known size.
-    if gpu.info.subgroups && lo == hi && (4..=128).contains(&lo) {
-        for rows in [16, 8] {
-            out.push(Variant::Shared { sg: lo as usize, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });
-        }
-    }
-    out.extend(tiled::Tile::ALL.into_iter().filter(|&t| tiled::fits(gpu, t)).map(Variant::Tiled));
-    out
-}
-
-/// Whether `v` computes what the register-blocked kernels compute on this device, on small
-/// random products of awkward shapes with B of `dtype`: `nt` (with bias, α and β) and `nn`,
-/// K aligned and not. Results must agree to f32 rounding (1e-5 relative).
-pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
-    let mut rng = Rng::new(0x6d6d);
-    for (m, k, n) in [(37, 72, 29), (19, 100, 44), (21, 50, 30)] {
-        let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
-        let bias = gpu.upload_f32(&rng.vec(n, 1.0), &[n], Category::Scratch)?;
-        let c0 = rng.vec(m * n, 1.0);
-        let w = rng.vec(n * k, 1.0);
-        let bt = gpu.upload_f32_as(&w, &[n, k], dtype, Category::Scratch)?;
-        let bn = gpu.upload_f32_as(&w, &[k, n], dtype, Category::Scratch)?;
-        let an = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
-        let mut outs = Vec::new();
-        for variant in [Variant::Blocked, v] {
-            let ct = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
-            matmul_nt_with(gpu, variant, &a, &bt, Some(&bias), &ct, 0.75, 0.5, None);
-            let cn = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
-            matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
-            outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
-        }
-        let close = |x: &[f32], y: &[f32]| {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
-        };
-        if !close(&outs[0].0, &outs[1].0) || !close(&outs[0].1, &outs[1].1) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Time every candidate that agrees with the register-blocked kernels ([`agrees`]) on `nt` and
-/// `nn` at `shapes` — (M, K, N): x (M, K) · W (N, K)ᵀ and dy (M, N) · W, W of `dtype` — best
-/// of `reps` after a warm-up, and run the fastest on this device from now on. With one
-/// candidate (no subgroups) nothing is timed.
-pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
-    use crate::kernels::tune::gpu_time;
-    let cands = candidates(gpu);
-    if cands.len() == 1 {
-        gpu.set_choice(CHOICE, None);
-        return Ok(Vec::new());
-    }
-    let mut rng = Rng::new(0x7e57);
-    let mut inputs = Vec::new();
-    for &(m, k, n) in shapes {
-        let x = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
-        let dy = gpu.upload_f32(&rng.vec(m * n, 1.0), &[m, n], Category::Scratch)?;
-        let w = gpu.upload_f32_as(&rng.vec(n * k, 0.05), &[n, k], dtype, Category::Scratch)?;
-        let y = gpu.zeros(&[m, n], DType::F32, Category::Scratch)?;
-        let dx = gpu.zeros(&[m, k], DType::F32, Category::Scratch)?;
-        inputs.push((x, dy, w, y, dx));
-    }
-    let run = |v: Variant| {
-        for (x, dy, w, y, dx) in &inputs {
-            matmul_nt_with(gpu, v, x, w, None, y, 1.0, 0.0, None);
-            matmul_nn_with(gpu, v, dy, w, dx, 1.0, 0.0, None);
-        }
-    };
-    let mut out = Vec::new();
-    for v in cands {
-        if v != Variant::Blocked && !agrees(gpu, v, dtype).await? {
-            out.push(Measured { family: CHOICE.into(), variant: v.name(), ms: 0.0, agrees: false, chosen: false });
-            continue;
-        }
-        let ms = gpu_time(gpu, reps, || run(v)).await?;
-        out.push(Measured { family: CHOICE.into(), variant: v.name(), ms, agrees: true, chosen: false });
-    }
-    let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
-    if let Some(b) = best {
-        b.chosen = true;
-        let v = Variant::parse(&b.variant).unwrap_or(Variant::Blocked);
-        gpu.set_choice(CHOICE, (v != Variant::Blocked).then(|| v.name()));
-    }
-    Ok(out)
 }
 
 /// f64 references (row-major), used by the tests and benchmarks.

@@ -11,7 +11,7 @@
 
 use super::blocked::{acc_decl, body_nn, load4_f32, load4_packed, load8, loop_nt, lora_key, store_rows};
 use super::lora::{self, Fused};
-use super::{flops, Params};
+use super::Params;
 use crate::gpu::{DType, Gpu, Tensor};
 use crate::kernels::{render, unpack_fns};
 
@@ -123,13 +123,7 @@ pub(super) fn nt(
     let bias = bias.unwrap_or(gpu.dummy());
     let (sub_m, w) = grid(m, n, sg, shape);
     let p = Params { sub_m, ..p };
-    match fused {
-        Some(l) => {
-            let f = flops(m, n, k + l.rank());
-            gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c, l.left, l.right], w, f)
-        }
-        None => gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], w, flops(m, n, k)),
-    }
+    lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], fused, w, (m, n, k));
 }
 
 /// C (M, N) = α · A (M, K) · B (K, N) + β · C, as [`super::matmul_nn`], with subgroups of `sg`.
@@ -184,11 +178,5 @@ pub(super) fn nn(
     .with_lora(fused);
     let (sub_m, w) = grid(m, n, sg, shape);
     let p = Params { sub_m, ..p };
-    match fused {
-        Some(l) => {
-            let f = flops(m, n, k + l.rank());
-            gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c, l.left, l.right], w, f)
-        }
-        None => gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[a, b, c], w, flops(m, n, k)),
-    }
+    lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, c], fused, w, (m, n, k));
 }

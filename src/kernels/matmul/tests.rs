@@ -1,5 +1,6 @@
 //! Every variant against the f64 reference, at awkward shapes and every weight dtype.
 
+use super::choose::{gemv_candidates, gemv_choice, gemv_name, parse_gemv};
 use super::*;
 use crate::gpu::Category;
 use crate::gpu_test;
@@ -215,6 +216,13 @@ gpu_test!(async fn matmul_tn_shapes(gpu) {
     check_tn(gpu, 37, 29, 53, 0.0).await;
     check_tn(gpu, 37, 44, 12, 1.0).await;
     check_tn(gpu, 5, 3, 9, 1.0).await;
+    // LoRA's weight gradients (split over tokens): dB (out, r) and dA (r, in), r = 8 or not,
+    // sides not multiples of 8, tokens fewer and more than a workgroup.
+    check_tn(gpu, 37, 300, 8, 1.0).await;
+    check_tn(gpu, 130, 29, 5, 0.0).await;
+    check_tn(gpu, 37, 8, 300, 0.5).await;
+    check_tn(gpu, 200, 3, 77, 1.0).await;
+    check_tn(gpu, 16, 9, 8, 0.0).await;
 });
 
 gpu_test!(async fn matmul_variants_agree_and_names_round_trip(gpu) {
@@ -228,4 +236,64 @@ gpu_test!(async fn matmul_variants_agree_and_names_round_trip(gpu) {
     }
     assert_eq!(Variant::parse("shared12x8/8/sg8"), None);
     assert_eq!(Variant::parse("tiled"), None);
+});
+
+// The split-K kernels for LoRA's thin products, as a device that chose them runs them
+// (f32 B only: the LoRA factors): K long and not a multiple of 4 or of the split; r = 8 or less.
+gpu_test!(async fn thin_split_k_kernels(gpu) {
+    gpu.set_choice(THIN_CHOICE, Some(SPLIT_K.into()));
+    for (m, k, n) in [(37, 300, 8), (13, 257, 5), (70, 1030, 8)] {
+        check_nt_with(gpu, Variant::Blocked, m, k, n, DType::F32, true, 0.5, 0).await;
+        check_nt_with(gpu, Variant::Blocked, m, k, n, DType::F32, false, 0.0, 0).await;
+        check_nn_with(gpu, Variant::Blocked, m, k, n, DType::F32, 1.0, 0).await;
+    }
+    check_tn(gpu, 37, 300, 8, 1.0).await;
+    check_tn(gpu, 130, 29, 5, 0.0).await;
+    check_tn(gpu, 37, 8, 300, 0.5).await;
+    check_tn(gpu, 200, 3, 77, 1.0).await;
+});
+
+gpu_test!(async fn thin_choice_is_the_faster_agreeing_kernel(gpu) {
+    let measured = choose_thin(gpu, 40, &[96, 200], 8, 1).await.expect("runs");
+    assert_eq!(measured.len(), 2);
+    assert!(measured.iter().all(|m| m.agrees && m.ms > 0.0), "{measured:?}");
+    let chosen: Vec<_> = measured.iter().filter(|m| m.chosen).collect();
+    assert_eq!(chosen.len(), 1);
+    let fastest = measured.iter().min_by(|a, b| a.ms.total_cmp(&b.ms)).unwrap();
+    assert_eq!(chosen[0].variant, fastest.variant);
+    let split = gpu.choice(THIN_CHOICE).is_some();
+    assert_eq!(split, chosen[0].variant == SPLIT_K);
+});
+
+// The one-row (decoding) subgroup kernels, as a device that chose one runs it: every weight
+// dtype, K and N off every multiple, with bias, β and a fused LoRA term; N = r (LoRA's h).
+// Devices without subgroups of one size (SwiftShader) have no such kernel to check.
+gpu_test!(async fn gemv_subgroup_kernel(gpu) {
+    for c in gemv_candidates(gpu) {
+        gpu.set_choice(GEMV_CHOICE, Some(gemv_name(c)));
+        assert_eq!(gemv_choice(gpu), Some(c));
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::Q8, DType::Q4] {
+            for (k, n, bias, beta) in [(53, 29, true, 0.0), (52, 70, false, 1.0), (300, 8, true, 0.5), (136, 600, true, 1.0)] {
+                for rank in [0, 8, 5] {
+                    check_nt_with(gpu, Variant::Blocked, 1, k, n, dtype, bias, beta, rank).await;
+                }
+            }
+        }
+    }
+});
+
+gpu_test!(async fn gemv_choice_is_the_faster_agreeing_kernel(gpu) {
+    let measured = choose_gemv(gpu, &[(96, 200), (200, 96)], DType::BF16, 1).await.expect("runs");
+    let cands = gemv_candidates(gpu);
+    if cands.is_empty() {
+        assert!(measured.is_empty() && gpu.choice(GEMV_CHOICE).is_none());
+        return;
+    }
+    assert_eq!(measured.len(), cands.len() + 1);
+    assert!(measured.iter().all(|m| m.agrees && m.ms > 0.0), "{measured:?}");
+    let fastest = measured.iter().min_by(|a, b| a.ms.total_cmp(&b.ms)).unwrap();
+    assert!(fastest.chosen && measured.iter().filter(|m| m.chosen).count() == 1, "{measured:?}");
+    assert_eq!(gpu.choice(GEMV_CHOICE), (fastest.variant != "blocked").then(|| fastest.variant.clone()));
+    assert!(gemv_runnable(gpu, &fastest.variant) || fastest.variant == "blocked");
+    assert_eq!(parse_gemv("subgroup/sg8/rb0"), None);
 });

@@ -5,6 +5,11 @@
 //! 64 partial blocks in workgroup memory: M / 4 workgroups, every invocation busy. B is f32
 //! (LoRA's factors). The sum over K runs in another order than the register-blocked kernel's,
 //! so results agree to f32 rounding.
+//!
+//! LoRA's weight gradients dB = s·dyᵀ·h (out, r) and dA = s·gᵀ·x (r, in) are `tn` products
+//! with the contraction over tokens: one side of C is r, the other out or in. The register-
+//! blocked kernel gives a (896, 8) gradient 112 invocations, each looping over every token;
+//! [`run_tn`] gives 8 of the wide side to a workgroup of 64 that splits the tokens, as above.
 
 use super::{flops, Params};
 use crate::gpu::{DType, Gpu, Tensor};
@@ -106,6 +111,72 @@ fn source(nt: bool, aligned: bool) -> String {
     }
     s += "            let idx = m * p.N + j;\n            if (p.beta != 0.0) { r += p.beta * c[idx]; }\n            c[idx] = r;\n        }\n    }\n}\n";
     s
+}
+
+/// Whether the thin `tn` kernel takes C (M, N) = Aᵀ (M, K) · B (K, N): one side of C at
+/// most 8, the other longer.
+pub(super) fn takes_tn(m: usize, k: usize, n: usize) -> bool {
+    m.min(n) <= 8 && m.max(n) > 8 && k >= 16
+}
+
+/// The `tn` kernel: D (P, Q) = Xᵀ·Y for X (K, P) and Y (K, Q ≤ 8), stored as C = D or, with
+/// `trans`, C = Dᵀ (when C's short side is its rows). Workgroup w takes D's rows 8w..8w+8;
+/// invocation t the tokens k ≡ t (mod 64); the 64 partial 8×8 blocks are summed in
+/// workgroup memory. Loads clamp their indices instead of branching: columns past P or Q are
+/// computed from repeated values and never stored.
+fn source_tn(trans: bool) -> String {
+    let mut s = String::from(
+        "struct Params {\n    M: u32, N: u32, K: u32,\n    ldb: u32,\n    alpha: f32, beta: f32,\n    has_bias: u32,\n    qoff: u32,\n    rank: u32,\n    ls: f32,\n    _q0: u32, _q1: u32,\n}\n\
+         // here M = P (the wide side of D), N = Q (its narrow side, ≤ 8)\n\
+         @group(0) @binding(0) var<uniform> p: Params;\n\
+         @group(0) @binding(1) var<storage, read> x: array<f32>;      // X: (K, P)\n\
+         @group(0) @binding(2) var<storage, read> y: array<f32>;      // Y: (K, Q)\n\
+         @group(0) @binding(3) var<storage, read_write> c: array<f32>; // C: D (P, Q) or Dᵀ (Q, P)\n",
+    );
+    s += &format!(
+        "var<workgroup> part: array<f32, {}>;   // part[t][i][j]: invocation t's sum for D[p0 + i][j]\n",
+        WG * 64
+    );
+    s += &format!(
+        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n    let p0 = (wid.x + wid.y * nwg.x) * 8u;\n    let lp = p.M - 1u; let lq = p.N - 1u;\n"
+    );
+    for i in 0..8 {
+        s += &format!("    var s{i}_0 = vec4<f32>(0.0);\n    var s{i}_1 = vec4<f32>(0.0);\n");
+    }
+    s += &format!("    for (var k = t; k < p.K; k += {WG}u) {{\n        let rx = k * p.M; let ry = k * p.N;\n");
+    s += "        let ylo = vec4<f32>(y[ry], y[ry + min(1u, lq)], y[ry + min(2u, lq)], y[ry + min(3u, lq)]);\n";
+    s += "        let yhi = vec4<f32>(y[ry + min(4u, lq)], y[ry + min(5u, lq)], y[ry + min(6u, lq)], y[ry + min(7u, lq)]);\n";
+    for i in 0..8 {
+        s += &format!(
+            "        let x{i} = x[rx + min(p0 + {i}u, lp)];\n        s{i}_0 += x{i} * ylo; s{i}_1 += x{i} * yhi;\n"
+        );
+    }
+    s += "    }\n";
+    for i in 0..8 {
+        for j in 0..8 {
+            s += &format!("    part[t * 64u + {}u] = s{i}_{}[{}];\n", i * 8 + j, j / 4, j % 4);
+        }
+    }
+    s += "    workgroupBarrier();\n";
+    s += &format!(
+        "    let i = t / 8u; let j = t % 8u; let m = p0 + i;\n    var sum = 0.0;\n    for (var u = 0u; u < {WG}u; u++) {{ sum += part[u * 64u + t]; }}\n    if (m < p.M && j < p.N) {{\n"
+    );
+    s += if trans { "        let idx = j * p.M + m;\n" } else { "        let idx = m * p.N + j;\n" };
+    s += "        var r = p.alpha * sum;\n        if (p.beta != 0.0) { r += p.beta * c[idx]; }\n        c[idx] = r;\n    }\n}\n";
+    s
+}
+
+/// C (M, N) = α · A (K, M)ᵀ · B (K, N) + β · C, f32, for a C with one side ≤ 8 ([`takes_tn`]).
+pub(super) fn run_tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta: f32) {
+    let (k, m, n) = (a.rows(), a.cols(), b.cols());
+    // D = Xᵀ·Y with Y the narrow side: C itself when N is narrow, Cᵀ = Bᵀ·A when M is.
+    let trans = m < n;
+    let (x, y, wide, narrow) = if trans { (b, a, n, m) } else { (a, b, m, n) };
+    let key = format!("matmul_tn/thin/{}", if trans { "t" } else { "n" });
+    let pipeline = gpu.pipeline(&key, || source_tn(trans));
+    let p = Params { m: wide as u32, n: narrow as u32, k: k as u32, alpha, beta, ..Params::default() };
+    let w = crate::gpu::groups(wide.div_ceil(8) as u32);
+    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &[x, y, c], w, flops(m, n, k));
 }
 
 /// C (M, N) = α · A · Bᵀ + bias + β · C, B (N, K) f32 with N ≤ 8; or (`nt` false)

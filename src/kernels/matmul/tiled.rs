@@ -9,7 +9,7 @@
 
 use super::blocked::lora_key;
 use super::lora::Fused;
-use super::{flops, Params};
+use super::Params;
 use crate::gpu::{DType, Gpu, Tensor};
 use crate::kernels::quant::wgsl_codes4;
 use crate::kernels::unpack_fns;
@@ -300,18 +300,12 @@ fn run(
     }
     .with_lora(fused);
     let w = (n.div_ceil(t.bn()) as u32, m.div_ceil(t.bm()) as u32, 1);
-    let extra = fused.map_or(0, |l| l.rank());
-    let f = flops(m, n, k + extra);
     let mut bind: Vec<&Tensor> = vec![a, b];
     if nt {
         bind.push(bias.unwrap_or(gpu.dummy()));
     }
     bind.push(c);
-    if let Some(l) = fused {
-        bind.push(l.left);
-        bind.push(l.right);
-    }
-    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bind, w, f);
+    super::lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &bind, fused, w, (m, n, k));
 }
 
 /// C (M, N) = α · A · Bᵀ + bias + β · C (+ the fused LoRA term), B (N, K).

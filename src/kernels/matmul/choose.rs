@@ -1,0 +1,323 @@
+//! How this device computes its products, chosen by measurement when a model is loaded
+//! ([`crate::kernels::tune`]): the big products' [`Variant`] ([`choose`]), the thin LoRA
+//! products' kernel ([`choose_thin`]) and the one-row (decoding) kernel ([`choose_gemv`]).
+//! Each candidate is first checked against the register-blocked kernels on small awkward
+//! shapes, then timed at the model's own shapes; the fastest that agrees runs from then on.
+
+use super::{blocked, gemv, matmul_nn_with, matmul_nt_with, shared, thin, tiled, Fused, Variant};
+use crate::base::error::Result;
+use crate::base::rng::Rng;
+use crate::gpu::{Category, DType, Gpu};
+use crate::kernels::tune::Measured;
+
+/// The key of the products' variant in the device's kernel choices.
+pub const CHOICE: &str = "matmul";
+
+/// The key of the thin LoRA products' kernel in the device's kernel choices: "split-k"
+/// ([`thin`]'s kernels, K split over a workgroup) or absent, the register-blocked kernels.
+pub const THIN_CHOICE: &str = "thin";
+
+/// [`THIN_CHOICE`]'s one alternative to the register-blocked kernels.
+pub const SPLIT_K: &str = "split-k";
+
+/// The key of the one-row product's kernel (decoding) in the device's kernel choices:
+/// "subgroup/sg{SG}/rb{RB}" ([`gemv`]: a subgroup of SG lanes per 8 outputs, K split over it,
+/// RB blocks of 8 per workgroup) or absent, the register-blocked kernel.
+pub const GEMV_CHOICE: &str = "gemv";
+
+/// The one-row kernel's (subgroup size, row blocks per workgroup), if the device chose it.
+pub(super) fn gemv_choice(gpu: &Gpu) -> Option<(usize, usize)> {
+    parse_gemv(&gpu.choice(GEMV_CHOICE)?)
+}
+
+pub(super) fn parse_gemv(s: &str) -> Option<(usize, usize)> {
+    let (sg, rb) = s.strip_prefix("subgroup/sg")?.split_once("/rb")?;
+    let (sg, rb) = (sg.parse().ok()?, rb.parse().ok()?);
+    (sg > 0 && rb > 0).then_some((sg, rb))
+}
+
+/// The one-row kernels this device can run, (subgroup size, row blocks): where it has
+/// subgroups of one known size (as the subgroup-shared variant needs), one block of 8 rows
+/// per workgroup (many workgroups, for GPUs) or eight (fewer, for CPU adapters).
+pub(super) fn gemv_candidates(gpu: &Gpu) -> Vec<(usize, usize)> {
+    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    if !(gpu.info.subgroups && lo == hi && (4..=128).contains(&lo)) {
+        return Vec::new();
+    }
+    [1, 8].into_iter().map(|rb| (lo as usize, rb)).collect()
+}
+
+/// Whether `name` is a one-row kernel this device can run (a cached choice still valid).
+pub fn gemv_runnable(gpu: &Gpu, name: &str) -> bool {
+    parse_gemv(name).is_some_and(|c| gemv_candidates(gpu).contains(&c))
+}
+
+pub(super) fn gemv_name((sg, rb): (usize, usize)) -> String {
+    format!("subgroup/sg{sg}/rb{rb}")
+}
+
+/// Whether this device computes the thin LoRA products with the split-K kernels.
+pub(super) fn split_k(gpu: &Gpu) -> bool {
+    gpu.choice(THIN_CHOICE).is_some_and(|s| s == SPLIT_K)
+}
+
+/// The variants the autotune times on this device: every one it can run ([`runnable`]), except
+/// the workgroup-memory tiles on a CPU adapter (lavapipe, SwiftShader), where they are 5–10
+/// times slower than the register-blocked kernel and timing them would only slow every load.
+pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
+    let mut out = runnable(gpu);
+    if gpu.info.cpu {
+        out.retain(|v| !matches!(v, Variant::Tiled(_)));
+    }
+    out
+}
+
+/// Every variant this device can run for `nt` and `nn`, the register-blocked first (the tests
+/// check each against the references).
+pub fn runnable(gpu: &Gpu) -> Vec<Variant> {
+    let mut out = vec![Variant::Blocked];
+    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    // The shared variant needs subgroups of one known size.
+    if gpu.info.subgroups && lo == hi && (4..=128).contains(&lo) {
+        for rows in [16, 8] {
+            out.push(Variant::Shared { sg: lo as usize, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });
+        }
+    }
+    out.extend(tiled::Tile::ALL.into_iter().filter(|&t| tiled::fits(gpu, t)).map(Variant::Tiled));
+    out
+}
+
+/// Whether `v` computes what the register-blocked kernels compute on this device, on small
+/// random products of awkward shapes with B of `dtype`: `nt` (with bias, α and β) and `nn`,
+/// K aligned and not. Results must agree to f32 rounding (1e-5 relative).
+pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
+    let mut rng = Rng::new(0x6d6d);
+    for (m, k, n) in [(37, 72, 29), (19, 100, 44), (21, 50, 30)] {
+        let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+        let bias = gpu.upload_f32(&rng.vec(n, 1.0), &[n], Category::Scratch)?;
+        let c0 = rng.vec(m * n, 1.0);
+        let w = rng.vec(n * k, 1.0);
+        let bt = gpu.upload_f32_as(&w, &[n, k], dtype, Category::Scratch)?;
+        let bn = gpu.upload_f32_as(&w, &[k, n], dtype, Category::Scratch)?;
+        let an = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+        let mut outs = Vec::new();
+        for variant in [Variant::Blocked, v] {
+            let ct = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            matmul_nt_with(gpu, variant, &a, &bt, Some(&bias), &ct, 0.75, 0.5, None);
+            let cn = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
+            outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
+        }
+        let close = |x: &[f32], y: &[f32]| {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
+        };
+        if !close(&outs[0].0, &outs[1].0) || !close(&outs[0].1, &outs[1].1) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Time every candidate that agrees with the register-blocked kernels ([`agrees`]) on `nt` and
+/// `nn` at `shapes` — (M, K, N): x (M, K) · W (N, K)ᵀ and dy (M, N) · W, W of `dtype` — best
+/// of `reps` after a warm-up, and run the fastest on this device from now on. With one
+/// candidate (no subgroups) nothing is timed.
+pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
+    use crate::kernels::tune::gpu_time;
+    let cands = candidates(gpu);
+    if cands.len() == 1 {
+        gpu.set_choice(CHOICE, None);
+        return Ok(Vec::new());
+    }
+    let mut rng = Rng::new(0x7e57);
+    let mut inputs = Vec::new();
+    for &(m, k, n) in shapes {
+        let x = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch)?;
+        let dy = gpu.upload_f32(&rng.vec(m * n, 1.0), &[m, n], Category::Scratch)?;
+        let w = gpu.upload_f32_as(&rng.vec(n * k, 0.05), &[n, k], dtype, Category::Scratch)?;
+        let y = gpu.zeros(&[m, n], DType::F32, Category::Scratch)?;
+        let dx = gpu.zeros(&[m, k], DType::F32, Category::Scratch)?;
+        inputs.push((x, dy, w, y, dx));
+    }
+    let run = |v: Variant| {
+        for (x, dy, w, y, dx) in &inputs {
+            matmul_nt_with(gpu, v, x, w, None, y, 1.0, 0.0, None);
+            matmul_nn_with(gpu, v, dy, w, dx, 1.0, 0.0, None);
+        }
+    };
+    let mut out = Vec::new();
+    for v in cands {
+        if v != Variant::Blocked && !agrees(gpu, v, dtype).await? {
+            out.push(Measured { family: CHOICE.into(), variant: v.name(), ms: 0.0, agrees: false, chosen: false });
+            continue;
+        }
+        let ms = gpu_time(gpu, reps, || run(v)).await?;
+        out.push(Measured { family: CHOICE.into(), variant: v.name(), ms, agrees: true, chosen: false });
+    }
+    let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
+    if let Some(b) = best {
+        b.chosen = true;
+        let v = Variant::parse(&b.variant).unwrap_or(Variant::Blocked);
+        gpu.set_choice(CHOICE, (v != Variant::Blocked).then(|| v.name()));
+    }
+    Ok(out)
+}
+
+/// Choose how the thin LoRA products run on this device ([`THIN_CHOICE`]): the register-
+/// blocked kernels or `thin`'s split-K ones, the latter checked against the former on small
+/// awkward shapes, both timed at rank `r` over `tokens` rows for each of `dims` (the model's
+/// hidden and intermediate sizes): h = x·Aᵀ, g = dy·B, dB = dyᵀ·h and dA = gᵀ·x.
+pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, reps: usize) -> Result<Vec<Measured>> {
+    use crate::kernels::tune::gpu_time;
+    let mut rng = Rng::new(0x7417);
+    let up = |rng: &mut Rng, shape: &[usize]| {
+        gpu.upload_f32(&rng.vec(shape.iter().product(), 1.0), shape, Category::Scratch)
+    };
+    // Agreement: nt, nn and both orientations of tn at shapes off every multiple.
+    let mut agree = true;
+    for (m, k, n) in [(37, 300, 8), (13, 257, 5)] {
+        let (a, bt, bn, c0) =
+            (up(&mut rng, &[m, k])?, up(&mut rng, &[n, k])?, up(&mut rng, &[k, n])?, rng.vec(m * n, 1.0));
+        let (at, cr) = (up(&mut rng, &[k, m])?, rng.vec(n * m, 1.0));
+        let mut outs = Vec::new();
+        for split in [false, true] {
+            let ct = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            let cn = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            let c1 = gpu.upload_f32(&c0, &[m, n], Category::Scratch)?;
+            let c2 = gpu.upload_f32(&cr, &[n, m], Category::Scratch)?;
+            if split {
+                thin::run(gpu, true, &a, &bt, None, &ct, 0.75, 0.5);
+                thin::run(gpu, false, &a, &bn, None, &cn, 1.5, 1.0);
+                thin::run_tn(gpu, &at, &bn, &c1, -0.5, 1.0);
+                thin::run_tn(gpu, &bn, &at, &c2, 2.0, 0.0);
+            } else {
+                blocked::nt(gpu, &a, &bt, None, &ct, 0.75, 0.5, None);
+                blocked::nn(gpu, &a, &bn, &cn, 1.5, 1.0, None);
+                blocked::tn(gpu, &at, &bn, &c1, -0.5, 1.0);
+                blocked::tn(gpu, &bn, &at, &c2, 2.0, 0.0);
+            }
+            let mut v = Vec::new();
+            for c in [&ct, &cn, &c1, &c2] {
+                v.extend(gpu.read_f32(c).await?);
+            }
+            outs.push(v);
+        }
+        agree &= outs[0].iter().zip(&outs[1]).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()));
+    }
+    let mut inputs = Vec::new();
+    for &d in dims {
+        // x (tokens, d), A (r, d), dy (tokens, d), B (d, r) as the nn's (K, N), h and g (tokens, r).
+        let (x, a, b, hg) =
+            (up(&mut rng, &[tokens, d])?, up(&mut rng, &[r, d])?, up(&mut rng, &[d, r])?, up(&mut rng, &[tokens, r])?);
+        let (out_r, grad_b, grad_a) = (
+            gpu.zeros(&[tokens, r], DType::F32, Category::Scratch)?,
+            gpu.zeros(&[d, r], DType::F32, Category::Scratch)?,
+            gpu.zeros(&[r, d], DType::F32, Category::Scratch)?,
+        );
+        inputs.push((x, a, b, hg, out_r, grad_b, grad_a));
+    }
+    let run = |split: bool| {
+        for (x, a, b, hg, out_r, grad_b, grad_a) in &inputs {
+            if split {
+                thin::run(gpu, true, x, a, None, out_r, 1.0, 0.0);
+                thin::run(gpu, false, x, b, None, out_r, 1.0, 0.0);
+                thin::run_tn(gpu, x, hg, grad_b, 1.0, 1.0);
+                thin::run_tn(gpu, hg, x, grad_a, 1.0, 1.0);
+            } else {
+                blocked::nt(gpu, x, a, None, out_r, 1.0, 0.0, None);
+                blocked::nn(gpu, x, b, out_r, 1.0, 0.0, None);
+                blocked::tn(gpu, x, hg, grad_b, 1.0, 1.0);
+                blocked::tn(gpu, hg, x, grad_a, 1.0, 1.0);
+            }
+        }
+    };
+    let mut out = Vec::new();
+    for (name, split) in [("blocked", false), (SPLIT_K, true)] {
+        let ok = !split || agree;
+        let ms = if ok { gpu_time(gpu, reps, || run(split)).await? } else { 0.0 };
+        out.push(Measured { family: THIN_CHOICE.into(), variant: name.into(), ms, agrees: ok, chosen: false });
+    }
+    let split = out[1].agrees && out[1].ms < out[0].ms;
+    out[split as usize].chosen = true;
+    gpu.set_choice(THIN_CHOICE, split.then(|| SPLIT_K.to_string()));
+    Ok(out)
+}
+
+/// Choose how one-row products (decoding) run on this device ([`GEMV_CHOICE`]): the
+/// register-blocked kernel or [`gemv`]'s subgroup kernel (where the device has subgroups of one
+/// size), the latter checked against the former on awkward shapes with `dtype` weights (with
+/// bias, β and a fused LoRA term), both timed at one token through W (n, k) for each (k, n)
+/// of `shapes`.
+pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
+    use crate::kernels::tune::gpu_time;
+    let cands = gemv_candidates(gpu);
+    if cands.is_empty() {
+        gpu.set_choice(GEMV_CHOICE, None);
+        return Ok(Vec::new());
+    }
+    let mut rng = Rng::new(0x6e77);
+    let up = |rng: &mut Rng, n: usize, shape: &[usize]| gpu.upload_f32(&rng.vec(n, 1.0), shape, Category::Scratch);
+    // Agreement with the register-blocked kernel, per candidate.
+    let mut checks = Vec::new();
+    for (k, n, rank) in [(53, 29, 0), (100, 44, 8), (64, 600, 5), (576, 8, 0), (52, 70, 8)] {
+        let x = up(&mut rng, k, &[1, k])?;
+        let w = gpu.upload_f32_as(&rng.vec(n * k, 1.0), &[n, k], dtype, Category::Scratch)?;
+        let bias = up(&mut rng, n, &[n])?;
+        let (h, lb) =
+            (up(&mut rng, rank.max(1), &[1, rank.max(1)])?, up(&mut rng, n * rank.max(1), &[n, rank.max(1)])?);
+        checks.push((x, w, bias, h, lb, rank, rng.vec(n, 1.0)));
+    }
+    let run_check = |c: Option<(usize, usize)>| {
+        let mut outs = Vec::new();
+        for (x, w, bias, h, lb, rank, c0) in &checks {
+            let fused = (*rank > 0).then_some(Fused { left: h, right: lb, scale: 2.0 });
+            let y = gpu.upload_f32(c0, &[1, c0.len()], Category::Scratch);
+            if let Ok(y) = &y {
+                match c {
+                    Some((sg, rb)) => gemv::nt(gpu, x, w, Some(bias), y, 0.75, 0.5, fused, sg, rb),
+                    None => blocked::nt(gpu, x, w, Some(bias), y, 0.75, 0.5, fused),
+                }
+            }
+            outs.push(y);
+        }
+        outs
+    };
+    let mut reference = Vec::new();
+    for y in run_check(None) {
+        reference.push(gpu.read_f32(&y?).await?);
+    }
+    let mut inputs = Vec::new();
+    for &(k, n) in shapes {
+        let x = up(&mut rng, k, &[1, k])?;
+        let w = gpu.upload_f32_as(&rng.vec(n * k, 0.05), &[n, k], dtype, Category::Scratch)?;
+        let y = gpu.zeros(&[1, n], DType::F32, Category::Scratch)?;
+        inputs.push((x, w, y));
+    }
+    let run = |c: Option<(usize, usize)>| {
+        for (x, w, y) in &inputs {
+            match c {
+                Some((sg, rb)) => gemv::nt(gpu, x, w, None, y, 1.0, 0.0, None, sg, rb),
+                None => blocked::nt(gpu, x, w, None, y, 1.0, 0.0, None),
+            }
+        }
+    };
+    let mut out = Vec::new();
+    for c in std::iter::once(None).chain(cands.into_iter().map(Some)) {
+        let mut agrees = true;
+        if c.is_some() {
+            for (y, want) in run_check(c).into_iter().zip(&reference) {
+                let got = gpu.read_f32(&y?).await?;
+                agrees &= got.iter().zip(want).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()));
+            }
+        }
+        let ms = if agrees { gpu_time(gpu, reps, || run(c)).await? } else { 0.0 };
+        let variant = c.map_or_else(|| "blocked".to_string(), gemv_name);
+        out.push(Measured { family: GEMV_CHOICE.into(), variant, ms, agrees, chosen: false });
+    }
+    let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
+    if let Some(b) = best {
+        b.chosen = true;
+        gpu.set_choice(GEMV_CHOICE, parse_gemv(&b.variant).map(gemv_name));
+    }
+    Ok(out)
+}

@@ -1,0 +1,140 @@
+//! One row of A (decoding a token): y (1, N) = α · x (1, K) · Wᵀ + bias + β · y, W (N, K) of
+//! any weight dtype, with the fused LoRA term where given. The register-blocked kernel gives
+//! each invocation 8 outputs and the whole of K, so its lanes read 8 rows of W that lie K
+//! apart; here a workgroup is one subgroup that takes 8 rows of W and splits K among its
+//! lanes (lane l reads values 8l..8l+8 of each row, then 8·SG on), so a subgroup's loads are
+//! one contiguous run of each row, and the 8 sums are added across the subgroup with
+//! `subgroupAdd` (on a CPU adapter: within one vector register). A workgroup takes `rb` such
+//! blocks in turn. Needs subgroups of one known size; chosen per device, `rb` included, by
+//! [`choose_gemv`](super::choose_gemv).
+
+use super::blocked::load8;
+use super::lora::{self, Fused};
+use super::Params;
+use crate::gpu::{DType, Gpu, Tensor};
+use crate::kernels::unpack_fns;
+
+/// Whether the kernel takes a product of these rows.
+pub(super) fn takes(m: usize) -> bool {
+    m == 1
+}
+
+fn source(dtype: DType, k_vec: bool, w_vec: bool, fused: bool, sg: usize, rb: usize) -> String {
+    let (lx, ae) = load8("load_x8", "a", "p.K", "p.K", DType::F32, k_vec);
+    let (lw, be) = load8("load_w8", "b", "p.K", "p.ldb", dtype, w_vec);
+    let mut s = format!(
+        "// y (1, N) = alpha · x (1, K) · Wᵀ + bias + beta · y: a subgroup per 8 rows of W, K split over its lanes.
+struct Params {{
+    M: u32, N: u32, K: u32,
+    ldb: u32,      // W row stride in storage words
+    alpha: f32, beta: f32,
+    has_bias: u32,
+    qoff: u32,     // quantized W: word offset of the (scale, offset) words, N · ldb
+    rank: u32,     // fused LoRA: r
+    ls: f32,       // fused LoRA: s / alpha
+    _q0: u32, _q1: u32,
+}}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<{ae}>;      // x: (1, K) f32
+@group(0) @binding(2) var<storage, read> b: array<{be}>;      // W: (N, K) f32, packed 16-bit, or Q8/Q4 words
+@group(0) @binding(3) var<storage, read> bias: array<f32>;   // bias: (N), read only if has_bias
+@group(0) @binding(4) var<storage, read_write> c: array<f32>; // y: (1, N)
+{}
+{}
+{lx}
+{lw}
+@compute @workgroup_size({sg})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {{
+    for (var rb = 0u; rb < {rb}u; rb++) {{
+    let n0 = ((wid.x + wid.y * nwg.x) * {rb}u + rb) * 8u;
+    if (n0 >= p.N) {{ break; }}
+    let m0 = 0u;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    // The same trip count on every lane (subgroupAdd below wants uniform control flow).
+    let steps = (p.K + {step}u - 1u) / {step}u;
+    for (var i = 0u; i < steps; i++) {{
+        let k = i * {step}u + lane * 8u;
+        if (k < p.K) {{
+            var xlo: vec4<f32>; var xhi: vec4<f32>;
+            load_x8(0u, k, &xlo, &xhi);
+",
+        if fused { lora::NT_BINDINGS } else { "" },
+        unpack_fns(dtype),
+        step = 8 * sg,
+        rb = rb,
+    );
+    for j in 0..8 {
+        s += &format!(
+            "            var w{j}lo: vec4<f32>; var w{j}hi: vec4<f32>;\n            load_w8(min(n0 + {j}u, p.N - 1u), k, &w{j}lo, &w{j}hi);\n"
+        );
+    }
+    s += "            acc0 += vec4<f32>(dot(xlo, w0lo) + dot(xhi, w0hi), dot(xlo, w1lo) + dot(xhi, w1hi), dot(xlo, w2lo) + dot(xhi, w2hi), dot(xlo, w3lo) + dot(xhi, w3hi));\n";
+    s += "            acc1 += vec4<f32>(dot(xlo, w4lo) + dot(xhi, w4hi), dot(xlo, w5lo) + dot(xhi, w5hi), dot(xlo, w6lo) + dot(xhi, w6hi), dot(xlo, w7lo) + dot(xhi, w7hi));\n";
+    s += "        }\n    }\n    acc0 = subgroupAdd(acc0);\n    acc1 = subgroupAdd(acc1);\n";
+    if fused {
+        s += &lora::nt_epilogue(1);
+    }
+    s += &format!(
+        "    let v = array<f32, 8>(acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w);
+    for (var j = lane; j < 8u; j += {sg}u) {{
+        let n = n0 + j;
+        if (n < p.N) {{
+            var r = p.alpha * v[j];
+            if (p.has_bias != 0u) {{ r += bias[n]; }}
+            if (p.beta != 0.0) {{ r += p.beta * c[n]; }}
+            c[n] = r;
+        }}
+    }}
+    }}
+}}
+"
+    );
+    s
+}
+
+/// y (1, N) = α · x (1, K) · Wᵀ + bias + β · y (+ the fused LoRA term), with subgroups of `sg`
+/// lanes, each taking `rb` blocks of 8 rows of W one after the other (fewer, longer workgroups:
+/// on a CPU adapter each costs a fixed overhead; a GPU wants many).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn nt(
+    gpu: &Gpu,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    fused: Option<Fused>,
+    sg: usize,
+    rb: usize,
+) {
+    let (k, n) = (a.cols(), b.rows());
+    let k_vec = k % 4 == 0;
+    // load8's vector forms read whole vec4s of a row: f32 rows of a multiple of 4, 16-bit rows
+    // of a multiple of 8 values; quantized rows are padded to whole groups.
+    let w_vec = match b.dtype {
+        DType::F32 => k % 4 == 0,
+        DType::BF16 | DType::F16 => k % 8 == 0,
+        DType::Q8 | DType::Q4 => true,
+    };
+    let key =
+        format!("matmul_nt/gemv/sg{sg}/rb{rb}/{}/{k_vec}/{w_vec}{}", b.dtype.name(), super::blocked::lora_key(fused));
+    let pipeline = gpu.pipeline(&key, || source(b.dtype, k_vec, w_vec, fused.is_some(), sg, rb));
+    let ldb = b.dtype.row_words(k);
+    let p = Params {
+        m: 1,
+        n: n as u32,
+        k: k as u32,
+        ldb: ldb as u32,
+        alpha,
+        beta,
+        has_bias: bias.is_some() as u32,
+        qoff: (n * ldb) as u32,
+        ..Params::default()
+    }
+    .with_lora(fused);
+    let bias = bias.unwrap_or(gpu.dummy());
+    let w = crate::gpu::groups(n.div_ceil(8 * rb) as u32);
+    lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], fused, w, (1, n, k));
+}
