@@ -435,9 +435,7 @@ pub async fn choose(gpu: &Gpu, s: &AttnShape, reps: usize) -> Result<Vec<crate::
         }
         let agrees = match &reference {
             None => true,
-            Some(r) => {
-                r.iter().zip(&got).all(|(a, b)| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs())))
-            }
+            Some(r) => r.iter().zip(&got).all(|(r, g)| crate::kernels::tune::agree(r, g)),
         };
         if reference.is_none() {
             reference = Some(got);
@@ -452,9 +450,8 @@ pub async fn choose(gpu: &Gpu, s: &AttnShape, reps: usize) -> Result<Vec<crate::
         }
         out.push(Measured { family: CHOICE.into(), variant: t.name(), ms, agrees, chosen: false });
     }
-    if let Some(best) = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms)) {
-        best.chosen = true;
-        let t = Tuning::parse(&best.variant).unwrap_or(TUNING);
+    if let Some(best) = crate::kernels::tune::mark_fastest(&mut out) {
+        let t = Tuning::parse(&best).unwrap_or(TUNING);
         gpu.set_choice(CHOICE, (t != TUNING).then(|| t.name()));
     }
     Ok(out)

@@ -39,6 +39,19 @@ pub async fn gpu_time(gpu: &Gpu, reps: usize, mut f: impl FnMut()) -> Result<f64
     Ok(best)
 }
 
+/// Whether two kernels' outputs agree to f32 rounding: |x − y| ≤ 1e-5 · (1 + |y|) everywhere.
+pub fn agree(x: &[f32], y: &[f32]) -> bool {
+    x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
+}
+
+/// Mark the fastest candidate that agrees as chosen (the first of equals: the reference, which
+/// comes first) and return its name.
+pub fn mark_fastest(measured: &mut [Measured]) -> Option<String> {
+    let best = measured.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms))?;
+    best.chosen = true;
+    Some(best.variant.clone())
+}
+
 /// Forget every choice: the reference kernels of every family run from now on.
 pub fn use_reference(gpu: &Gpu) {
     for family in [matmul::CHOICE, matmul::THIN_CHOICE, matmul::GEMV_CHOICE, attention::CHOICE] {
@@ -147,8 +160,8 @@ pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cac
     if let Some(c) = cache.choices.get(&key) {
         let mm = c.get(matmul::CHOICE).and_then(|s| Variant::parse(s));
         let at = c.get(attention::CHOICE).and_then(|s| attention::Tuning::parse(s));
-        let thin = c.get(matmul::THIN_CHOICE).filter(|s| *s == "blocked" || *s == matmul::SPLIT_K);
-        let gemv = c.get(matmul::GEMV_CHOICE).filter(|s| *s == "blocked" || matmul::gemv_runnable(gpu, s));
+        let thin = c.get(matmul::THIN_CHOICE).filter(|s| *s == matmul::BLOCKED || *s == matmul::SPLIT_K);
+        let gemv = c.get(matmul::GEMV_CHOICE).filter(|s| *s == matmul::BLOCKED || matmul::gemv_runnable(gpu, s));
         if let (Some(v), Some(t), Some(thin), Some(gemv)) = (mm, at, thin, gemv) {
             let ok = matmul::candidates(gpu).contains(&v)
                 && (v == Variant::Blocked || matmul::agrees(gpu, v, dtype).await?);
@@ -156,7 +169,7 @@ pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cac
                 gpu.set_choice(matmul::CHOICE, (v != Variant::Blocked).then(|| v.name()));
                 gpu.set_choice(attention::CHOICE, Some(t.name()));
                 gpu.set_choice(matmul::THIN_CHOICE, (thin == matmul::SPLIT_K).then(|| thin.clone()));
-                gpu.set_choice(matmul::GEMV_CHOICE, (gemv != "blocked").then(|| gemv.clone()));
+                gpu.set_choice(matmul::GEMV_CHOICE, (gemv != matmul::BLOCKED).then(|| gemv.clone()));
                 return Ok(Tuned { key, chosen: c.clone(), cached: true, measured: Vec::new() });
             }
         }
@@ -172,8 +185,8 @@ pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cac
     let chosen: BTreeMap<String, String> = [
         (matmul::CHOICE.to_string(), Variant::of(gpu).name()),
         (attention::CHOICE.to_string(), attention::tuning_of(gpu).name()),
-        (matmul::THIN_CHOICE.to_string(), gpu.choice(matmul::THIN_CHOICE).unwrap_or_else(|| "blocked".into())),
-        (matmul::GEMV_CHOICE.to_string(), gpu.choice(matmul::GEMV_CHOICE).unwrap_or_else(|| "blocked".into())),
+        (matmul::THIN_CHOICE.to_string(), gpu.choice(matmul::THIN_CHOICE).unwrap_or_else(|| matmul::BLOCKED.into())),
+        (matmul::GEMV_CHOICE.to_string(), gpu.choice(matmul::GEMV_CHOICE).unwrap_or_else(|| matmul::BLOCKED.into())),
     ]
     .into();
     cache.choices.insert(key.clone(), chosen.clone());

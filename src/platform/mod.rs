@@ -1,7 +1,7 @@
 //! The native/wasm seam, and the only module whose code differs between the two: the clock,
 //! driving futures and the device's map callbacks, which GPU backends to ask for, the process's
 //! memory gauges, durable file writes, and the attribute that stamps a sync test for both runtimes
-//! (GPU tests are stamped by `gpu_test!`, in `crate::kernels::testutil` beside the test device).
+//! (GPU tests are stamped by `gpu_test!`, which lives with the kernels' test device).
 //! `native.rs` and `web.rs` implement the same functions with the same signatures; exactly one of
 //! them is compiled. Elsewhere `cfg(target_arch)` only marks a whole item that exists on one
 //! side alone (the CLI, the directory store, IndexedDB, the wasm API), which

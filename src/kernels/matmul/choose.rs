@@ -8,10 +8,20 @@ use super::{blocked, gemv, matmul_nn_with, matmul_nt_with, shared, thin, tiled, 
 use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu};
-use crate::kernels::tune::Measured;
+use crate::kernels::tune::{agree, gpu_time, mark_fastest, Measured};
 
 /// The key of the products' variant in the device's kernel choices.
 pub const CHOICE: &str = "matmul";
+
+/// Every family's reference, the register-blocked kernels, by name.
+pub const BLOCKED: &str = "blocked";
+
+/// The subgroup size of this device, where it has subgroups of one known size (what the
+/// subgroup kernels are written for).
+fn fixed_subgroup(gpu: &Gpu) -> Option<usize> {
+    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    (gpu.info.subgroups && lo == hi && (4..=128).contains(&lo)).then_some(lo as usize)
+}
 
 /// The key of the thin LoRA products' kernel in the device's kernel choices: "split-k"
 /// ([`thin`]'s kernels, K split over a workgroup) or absent, the register-blocked kernels.
@@ -40,11 +50,7 @@ pub(super) fn parse_gemv(s: &str) -> Option<(usize, usize)> {
 /// subgroups of one known size (as the subgroup-shared variant needs), one block of 8 rows
 /// per workgroup (many workgroups, for GPUs) or eight (fewer, for CPU adapters).
 pub(super) fn gemv_candidates(gpu: &Gpu) -> Vec<(usize, usize)> {
-    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
-    if !(gpu.info.subgroups && lo == hi && (4..=128).contains(&lo)) {
-        return Vec::new();
-    }
-    [1, 8].into_iter().map(|rb| (lo as usize, rb)).collect()
+    fixed_subgroup(gpu).map_or_else(Vec::new, |sg| [1, 8].into_iter().map(|rb| (sg, rb)).collect())
 }
 
 /// Whether `name` is a one-row kernel this device can run (a cached choice still valid).
@@ -76,11 +82,9 @@ pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
 /// check each against the references).
 pub fn runnable(gpu: &Gpu) -> Vec<Variant> {
     let mut out = vec![Variant::Blocked];
-    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
-    // The shared variant needs subgroups of one known size.
-    if gpu.info.subgroups && lo == hi && (4..=128).contains(&lo) {
+    if let Some(sg) = fixed_subgroup(gpu) {
         for rows in [16, 8] {
-            out.push(Variant::Shared { sg: lo as usize, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });
+            out.push(Variant::Shared { sg, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });
         }
     }
     out.extend(tiled::Tile::ALL.into_iter().filter(|&t| tiled::fits(gpu, t)).map(Variant::Tiled));
@@ -108,10 +112,7 @@ pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
             matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
             outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
         }
-        let close = |x: &[f32], y: &[f32]| {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
-        };
-        if !close(&outs[0].0, &outs[1].0) || !close(&outs[0].1, &outs[1].1) {
+        if !agree(&outs[0].0, &outs[1].0) || !agree(&outs[0].1, &outs[1].1) {
             return Ok(false);
         }
     }
@@ -123,7 +124,6 @@ pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
 /// of `reps` after a warm-up, and run the fastest on this device from now on. With one
 /// candidate (no subgroups) nothing is timed.
 pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
-    use crate::kernels::tune::gpu_time;
     let cands = candidates(gpu);
     if cands.len() == 1 {
         gpu.set_choice(CHOICE, None);
@@ -154,10 +154,8 @@ pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, r
         let ms = gpu_time(gpu, reps, || run(v)).await?;
         out.push(Measured { family: CHOICE.into(), variant: v.name(), ms, agrees: true, chosen: false });
     }
-    let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
-    if let Some(b) = best {
-        b.chosen = true;
-        let v = Variant::parse(&b.variant).unwrap_or(Variant::Blocked);
+    if let Some(best) = mark_fastest(&mut out) {
+        let v = Variant::parse(&best).unwrap_or(Variant::Blocked);
         gpu.set_choice(CHOICE, (v != Variant::Blocked).then(|| v.name()));
     }
     Ok(out)
@@ -168,13 +166,12 @@ pub async fn choose(gpu: &Gpu, shapes: &[(usize, usize, usize)], dtype: DType, r
 /// awkward shapes, both timed at rank `r` over `tokens` rows for each of `dims` (the model's
 /// hidden and intermediate sizes): h = x·Aᵀ, g = dy·B, dB = dyᵀ·h and dA = gᵀ·x.
 pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, reps: usize) -> Result<Vec<Measured>> {
-    use crate::kernels::tune::gpu_time;
     let mut rng = Rng::new(0x7417);
     let up = |rng: &mut Rng, shape: &[usize]| {
         gpu.upload_f32(&rng.vec(shape.iter().product(), 1.0), shape, Category::Scratch)
     };
     // Agreement: nt, nn and both orientations of tn at shapes off every multiple.
-    let mut agree = true;
+    let mut agrees = true;
     for (m, k, n) in [(37, 300, 8), (13, 257, 5)] {
         let (a, bt, bn, c0) =
             (up(&mut rng, &[m, k])?, up(&mut rng, &[n, k])?, up(&mut rng, &[k, n])?, rng.vec(m * n, 1.0));
@@ -202,7 +199,7 @@ pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, rep
             }
             outs.push(v);
         }
-        agree &= outs[0].iter().zip(&outs[1]).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()));
+        agrees &= agree(&outs[0], &outs[1]);
     }
     let mut inputs = Vec::new();
     for &d in dims {
@@ -232,14 +229,13 @@ pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, rep
         }
     };
     let mut out = Vec::new();
-    for (name, split) in [("blocked", false), (SPLIT_K, true)] {
-        let ok = !split || agree;
+    for (name, split) in [(BLOCKED, false), (SPLIT_K, true)] {
+        let ok = !split || agrees;
         let ms = if ok { gpu_time(gpu, reps, || run(split)).await? } else { 0.0 };
         out.push(Measured { family: THIN_CHOICE.into(), variant: name.into(), ms, agrees: ok, chosen: false });
     }
-    let split = out[1].agrees && out[1].ms < out[0].ms;
-    out[split as usize].chosen = true;
-    gpu.set_choice(THIN_CHOICE, split.then(|| SPLIT_K.to_string()));
+    let best = mark_fastest(&mut out);
+    gpu.set_choice(THIN_CHOICE, best.filter(|b| b == SPLIT_K));
     Ok(out)
 }
 
@@ -249,7 +245,6 @@ pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, rep
 /// bias, β and a fused LoRA term), both timed at one token through W (n, k) for each (k, n)
 /// of `shapes`.
 pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
-    use crate::kernels::tune::gpu_time;
     let cands = gemv_candidates(gpu);
     if cands.is_empty() {
         gpu.set_choice(GEMV_CHOICE, None);
@@ -267,24 +262,23 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
             (up(&mut rng, rank.max(1), &[1, rank.max(1)])?, up(&mut rng, n * rank.max(1), &[n, rank.max(1)])?);
         checks.push((x, w, bias, h, lb, rank, rng.vec(n, 1.0)));
     }
-    let run_check = |c: Option<(usize, usize)>| {
+    // The outputs of kernel `c` (None: the register-blocked one) on the checks, not yet read.
+    let run_check = |c: Option<(usize, usize)>| -> Result<Vec<crate::gpu::Tensor>> {
         let mut outs = Vec::new();
         for (x, w, bias, h, lb, rank, c0) in &checks {
             let fused = (*rank > 0).then_some(Fused { left: h, right: lb, scale: 2.0 });
-            let y = gpu.upload_f32(c0, &[1, c0.len()], Category::Scratch);
-            if let Ok(y) = &y {
-                match c {
-                    Some((sg, rb)) => gemv::nt(gpu, x, w, Some(bias), y, 0.75, 0.5, fused, sg, rb),
-                    None => blocked::nt(gpu, x, w, Some(bias), y, 0.75, 0.5, fused),
-                }
+            let y = gpu.upload_f32(c0, &[1, c0.len()], Category::Scratch)?;
+            match c {
+                Some((sg, rb)) => gemv::nt(gpu, x, w, Some(bias), &y, 0.75, 0.5, fused, sg, rb),
+                None => blocked::nt(gpu, x, w, Some(bias), &y, 0.75, 0.5, fused),
             }
             outs.push(y);
         }
-        outs
+        Ok(outs)
     };
     let mut reference = Vec::new();
-    for y in run_check(None) {
-        reference.push(gpu.read_f32(&y?).await?);
+    for y in run_check(None)? {
+        reference.push(gpu.read_f32(&y).await?);
     }
     let mut inputs = Vec::new();
     for &(k, n) in shapes {
@@ -305,19 +299,15 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
     for c in std::iter::once(None).chain(cands.into_iter().map(Some)) {
         let mut agrees = true;
         if c.is_some() {
-            for (y, want) in run_check(c).into_iter().zip(&reference) {
-                let got = gpu.read_f32(&y?).await?;
-                agrees &= got.iter().zip(want).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()));
+            for (y, want) in run_check(c)?.iter().zip(&reference) {
+                agrees &= agree(&gpu.read_f32(y).await?, want);
             }
         }
         let ms = if agrees { gpu_time(gpu, reps, || run(c)).await? } else { 0.0 };
-        let variant = c.map_or_else(|| "blocked".to_string(), gemv_name);
+        let variant = c.map_or_else(|| BLOCKED.to_string(), gemv_name);
         out.push(Measured { family: GEMV_CHOICE.into(), variant, ms, agrees, chosen: false });
     }
-    let best = out.iter_mut().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms));
-    if let Some(b) = best {
-        b.chosen = true;
-        gpu.set_choice(GEMV_CHOICE, parse_gemv(&b.variant).map(gemv_name));
-    }
+    let best = mark_fastest(&mut out);
+    gpu.set_choice(GEMV_CHOICE, best.as_deref().and_then(parse_gemv).map(gemv_name));
     Ok(out)
 }

@@ -38,7 +38,7 @@ mod thin;
 pub mod tiled;
 
 pub use choose::{agrees, candidates, choose, choose_gemv, choose_thin, gemv_runnable, runnable};
-pub use choose::{CHOICE, GEMV_CHOICE, SPLIT_K, THIN_CHOICE};
+pub use choose::{BLOCKED, CHOICE, GEMV_CHOICE, SPLIT_K, THIN_CHOICE};
 pub use lora::Fused;
 
 use crate::gpu::{DType, Gpu, Tensor};
@@ -163,12 +163,11 @@ pub fn matmul_nt_with(
     if m == 0 || n == 0 {
         return;
     }
+    // Decoding's one row: a subgroup per 8 outputs, where the device chose it.
+    if let Some((sg, rb)) = gemv::takes(m).then(|| gemv_choice(gpu)).flatten() {
+        return gemv::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, rb);
+    }
     match v {
-        // Decoding's one row: a subgroup per 8 outputs, where the device chose it.
-        _ if gemv::takes(m) && gemv_choice(gpu).is_some() => {
-            let (sg, rb) = gemv_choice(gpu).unwrap_or((8, 1));
-            gemv::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, rb)
-        }
         // LoRA's h = x·Aᵀ: N = r, a long K split over a workgroup.
         _ if lora.is_none() && thin::takes(m, k, n, b.dtype) && split_k(gpu) => {
             thin::run(gpu, true, a, b, bias, c, alpha, beta)
