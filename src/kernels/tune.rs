@@ -123,12 +123,17 @@ impl Tuned {
     }
 }
 
-/// The adapter (name, backend, vendor and device ids, driver, subgroup sizes, limits) and the
-/// model shape a choice was made for.
+/// Bumped when the autotune's measurement changes, so choices cached by an earlier one are
+/// measured again (2: one-row kernels timed streaming their weights).
+const TUNE_VERSION: u32 = 2;
+
+/// The autotune's version, the adapter (name, backend, vendor and device ids, driver, subgroup
+/// sizes, limits) and the model shape a choice was made for.
 pub fn tune_key(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType) -> String {
     let i = &gpu.info;
     format!(
-        "{}|{}|{:04x}:{:04x}|{}|sg{}-{}|wg{}x{}|{}|m{}|c{}f{}q{}h{}.{}.{}",
+        "t{}|{}|{}|{:04x}:{:04x}|{}|sg{}-{}|wg{}x{}|{}|m{}|c{}f{}q{}h{}.{}.{}",
+        TUNE_VERSION,
         i.adapter,
         i.backend,
         i.vendor,

@@ -16,7 +16,9 @@ use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
-use crate::kernels::matmul::{matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_with, matmul_tn, Fused, Variant};
+use crate::kernels::matmul::{
+    matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_many, matmul_nt_with, matmul_tn, Fused, Variant,
+};
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
 use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
@@ -59,18 +61,30 @@ pub fn lora_linear_forward(
     lora_linear_forward_keep(gpu, x, lin, lora, s, y, false).map(|_| ())
 }
 
-/// y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ + y: a linear whose output joins the residual stream y in the
-/// same pass (decoding: no separate add, no second buffer). The sum is formed as
-/// [`lora_linear_forward`]'s result plus y, so it rounds as that followed by an add would.
-pub fn lora_linear_forward_residual(
+/// y = x·Wᵀ + b + s·h·Bᵀ + β·y with LoRA's h = x·Aᵀ already computed (decoding computes the h
+/// of the projections that read one input together, [`lora_h_many`]), or y = x·Wᵀ + b + β·y.
+pub fn lora_linear_forward_h(
     gpu: &Gpu,
     x: &Tensor,
     lin: &Linear,
-    lora: Option<&LoraPair>,
+    lora: Option<(&LoraPair, &Tensor)>,
     s: f32,
     y: &Tensor,
-) -> Result<()> {
-    forward(gpu, x, lin, lora, s, y, 1.0, false).map(|_| ())
+    beta: f32,
+) {
+    let f = lora.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
+    matmul_nt_with(gpu, Variant::of(gpu), x, &lin.w, lin.b.as_ref(), y, 1.0, beta, f);
+}
+
+/// h = x·Aᵀ (N, r) for each LoRA pair of the projections that read x, in as few dispatches as
+/// the device allows ([`matmul_nt_many`]); None where a projection has none.
+pub fn lora_h_many(gpu: &Gpu, x: &Tensor, pairs: &[Option<&LoraPair>]) -> Result<Vec<Option<Tensor>>> {
+    let hs =
+        pairs.iter().map(|p| p.map(|l| act(gpu, &[x.rows(), l.a.rows()])).transpose()).collect::<Result<Vec<_>>>()?;
+    let jobs: Vec<(&Tensor, &Tensor)> =
+        pairs.iter().zip(&hs).filter_map(|(p, h)| Some((&p.as_ref()?.a, h.as_ref()?))).collect();
+    matmul_nt_many(gpu, x, &jobs);
+    Ok(hs)
 }
 
 /// As [`lora_linear_forward`]; with `keep_h` (MeBP, full) h = x·Aᵀ is returned for the backward.
@@ -83,31 +97,13 @@ pub fn lora_linear_forward_keep(
     y: &Tensor,
     keep_h: bool,
 ) -> Result<Option<Tensor>> {
-    forward(gpu, x, lin, lora, s, y, 0.0, keep_h)
-}
-
-/// y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ + β·y, the LoRA term in the same pass over y; h = x·Aᵀ returned
-/// with `keep_h`.
-#[allow(clippy::too_many_arguments)]
-fn forward(
-    gpu: &Gpu,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<&LoraPair>,
-    s: f32,
-    y: &Tensor,
-    beta: f32,
-    keep_h: bool,
-) -> Result<Option<Tensor>> {
-    let v = Variant::of(gpu);
     let Some(l) = lora else {
-        matmul_nt_with(gpu, v, x, &lin.w, lin.b.as_ref(), y, 1.0, beta, None);
+        lora_linear_forward_h(gpu, x, lin, None, s, y, 0.0);
         return Ok(None);
     };
     let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
     matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
-    let f = Fused { left: &h, right: &l.b, scale: s };
-    matmul_nt_with(gpu, v, x, &lin.w, lin.b.as_ref(), y, 1.0, beta, Some(f));
+    lora_linear_forward_h(gpu, x, lin, Some((l, &h)), s, y, 0.0);
     Ok(keep_h.then_some(h))
 }
 

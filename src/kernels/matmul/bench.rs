@@ -149,3 +149,58 @@ fn thin_gflops() {
         }
     })
 }
+
+/// One-row products as decoding runs them (SmolLM2-135M's shapes, LoRA rank 8 fused or not):
+/// every one-row kernel this device has, GB/s of weights read, best of 5 rounds through 20
+/// copies of the weight (streamed from memory, as decoding reads them, not from cache):
+/// `cargo test --release --lib kernels::matmul::bench::gemv -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn gemv_gbps() {
+    block_on(async {
+        let gpu = &test_gpu().await;
+        let mut rng = Rng::new(3);
+        let r = 8;
+        for (n, k) in [(576, 576), (192, 576), (1536, 576), (576, 1536), (8192, 576)] {
+            let x = gpu.upload_f32(&rng.vec(k, 1.0), &[1, k], Category::Activations).unwrap();
+            let y = gpu.zeros(&[1, n], DType::F32, Category::Activations).unwrap();
+            let h = gpu.upload_f32(&rng.vec(r, 1.0), &[1, r], Category::Activations).unwrap();
+            let bl = gpu.upload_f32(&rng.vec(n * r, 0.1), &[n, r], Category::Activations).unwrap();
+            for dtype in [DType::BF16, DType::Q4] {
+                let host = rng.vec(n * k, 0.05);
+                let ws: Vec<Tensor> =
+                    (0..20).map(|_| gpu.upload_f32_as(&host, &[n, k], dtype, Category::Weights).unwrap()).collect();
+                let mut kernels: Vec<Option<(usize, usize)>> = vec![None];
+                kernels.extend(choose::gemv_candidates(gpu).into_iter().map(Some));
+                for lora in [false, true] {
+                    for c in &kernels {
+                        let fused = lora.then_some(Fused { left: &h, right: &bl, scale: 2.0 });
+                        let run = |w: &Tensor| match c {
+                            None => blocked::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused),
+                            Some((sg, rb)) => gemv::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused, *sg, *rb),
+                        };
+                        let mut best = f64::INFINITY;
+                        for round in 0..6 {
+                            gpu.sync().await.unwrap();
+                            let t0 = now_ms();
+                            for w in &ws {
+                                run(w);
+                            }
+                            gpu.sync().await.unwrap();
+                            if round > 0 {
+                                best = best.min((now_ms() - t0) / 20.0);
+                            }
+                        }
+                        let name = c.map_or_else(|| BLOCKED.to_string(), choose::gemv_name);
+                        println!(
+                            "{n:5}x{k:5} {:5} {}{name:20} {best:7.3} ms  {:6.2} GB/s",
+                            dtype.name(),
+                            if lora { "+lora " } else { "      " },
+                            ws[0].bytes() as f64 / best / 1e6
+                        );
+                    }
+                }
+            }
+        }
+    })
+}

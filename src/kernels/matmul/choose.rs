@@ -239,11 +239,17 @@ pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, rep
     Ok(out)
 }
 
+/// Weights one timed pass of [`choose_gemv`] reads: more than a CPU's last-level cache or a
+/// GPU's L2 (H100: 50 MB). A one-row kernel that wins with its weight in cache can lose by 2×
+/// streaming it, as decoding does (lavapipe's subgroup kernel: 8.6 → 3.1 GB/s at 8192×576 bf16,
+/// where the register-blocked one keeps 6.5).
+const STREAM_BYTES: usize = 64 << 20;
+
 /// Choose how one-row products (decoding) run on this device ([`GEMV_CHOICE`]): the
 /// register-blocked kernel or [`gemv`]'s subgroup kernel (where the device has subgroups of one
 /// size), the latter checked against the former on awkward shapes with `dtype` weights (with
 /// bias, β and a fused LoRA term), both timed at one token through W (n, k) for each (k, n)
-/// of `shapes`.
+/// of `shapes`, each weight read from memory, not from cache ([`STREAM_BYTES`]).
 pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
     let cands = gemv_candidates(gpu);
     if cands.is_empty() {
@@ -280,12 +286,19 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
     for y in run_check(None)? {
         reference.push(gpu.read_f32(&y).await?);
     }
+    // Each timed pass streams its weights from memory, as decoding does: enough copies of each
+    // shape's weight that one pass reads more than any cache holds.
+    let bytes: usize = shapes.iter().map(|&(k, n)| n * dtype.row_bytes(k)).sum();
+    let copies = STREAM_BYTES.div_ceil(bytes.max(1)).clamp(1, 32);
     let mut inputs = Vec::new();
     for &(k, n) in shapes {
         let x = up(&mut rng, k, &[1, k])?;
-        let w = gpu.upload_f32_as(&rng.vec(n * k, 0.05), &[n, k], dtype, Category::Scratch)?;
         let y = gpu.zeros(&[1, n], DType::F32, Category::Scratch)?;
-        inputs.push((x, w, y));
+        let host = rng.vec(n * k, 0.05);
+        for _ in 0..copies {
+            let w = gpu.upload_f32_as(&host, &[n, k], dtype, Category::Scratch)?;
+            inputs.push((x.clone(), w, y.clone()));
+        }
     }
     let run = |c: Option<(usize, usize)>| {
         for (x, w, y) in &inputs {

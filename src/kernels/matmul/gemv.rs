@@ -72,15 +72,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     s += "            acc0 += vec4<f32>(dot(xlo, w0lo) + dot(xhi, w0hi), dot(xlo, w1lo) + dot(xhi, w1hi), dot(xlo, w2lo) + dot(xhi, w2hi), dot(xlo, w3lo) + dot(xhi, w3hi));\n";
     s += "            acc1 += vec4<f32>(dot(xlo, w4lo) + dot(xhi, w4hi), dot(xlo, w5lo) + dot(xhi, w5hi), dot(xlo, w6lo) + dot(xhi, w6hi), dot(xlo, w7lo) + dot(xhi, w7hi));\n";
     s += "        }\n    }\n    acc0 = subgroupAdd(acc0);\n    acc1 = subgroupAdd(acc1);\n";
-    if fused {
-        s += &lora::nt_epilogue(1);
-    }
+    // The fused term of row n is added by the lane that stores it (the same sum, in the same
+    // order, as `lora::nt_epilogue` adds into a register-blocked kernel's accumulators), not
+    // by every lane for all 8 rows.
+    let lora_term = if fused {
+        "            for (var t = 0u; t < p.rank; t += 4u) { acc += dot(p.ls * lora_h4(0u, t), lora_b4(n, t)); }\n"
+    } else {
+        ""
+    };
     s += &format!(
         "    let v = array<f32, 8>(acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w);
     for (var j = lane; j < 8u; j += {sg}u) {{
         let n = n0 + j;
         if (n < p.N) {{
-            var r = p.alpha * v[j];
+            var acc = v[j];
+{lora_term}            var r = p.alpha * acc;
             if (p.has_bias != 0u) {{ r += bias[n]; }}
             if (p.beta != 0.0) {{ r += p.beta * c[n]; }}
             c[n] = r;
@@ -137,4 +143,88 @@ pub(super) fn nt(
     let bias = bias.unwrap_or(gpu.dummy());
     let w = crate::gpu::groups(n.div_ceil(8 * rb) as u32);
     lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], fused, w, (1, n, k));
+}
+
+/// Most products [`nt_many`] takes in one dispatch (two bindings each, beside x: 7 storage
+/// bindings, within WebGPU's default 8 per stage).
+pub(super) const MANY: usize = 3;
+
+fn source_many(count: usize, k_vec: bool, sg: usize) -> String {
+    let (lx, ae) = load8("load_x8", "a", "p.K", "p.K", DType::F32, k_vec);
+    let mut s = format!(
+        "// h_j (1, N) = x (1, K) · A_jᵀ for j < {count}, A_j (N, K) f32: a subgroup per 8 rows of one A_j, K split over its lanes.
+struct Params {{
+    M: u32, N: u32, K: u32,
+    ldb: u32,
+    alpha: f32, beta: f32,
+    has_bias: u32, qoff: u32, rank: u32, ls: f32, _q0: u32, _q1: u32,
+}}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<{ae}>;      // x: (1, K)
+{lx}"
+    );
+    let mut pick = String::new();
+    for j in 0..count {
+        let (lw, we) = load8(&format!("load_w8_{j}"), &format!("w{j}"), "p.K", "p.K", DType::F32, k_vec);
+        s += &format!("@group(0) @binding({}) var<storage, read> w{j}: array<{we}>;   // A_{j}: (N, K)\n", 2 + j);
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read_write> h{j}: array<f32>;   // h_{j}: (1, N)\n",
+            2 + count + j
+        );
+        s += &lw;
+        pick += &format!("    if (j == {j}u) {{ load_w8_{j}(row, c0, lo, hi); }}\n");
+    }
+    s += &format!(
+        "fn load_w8(j: u32, row: u32, c0: u32, lo: ptr<function, vec4<f32>>, hi: ptr<function, vec4<f32>>) {{\n{pick}}}\n"
+    );
+    s += &format!(
+        "@compute @workgroup_size({sg})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {{
+    let blocks = (p.N + 7u) / 8u;
+    let j = wid.x / blocks;
+    let n0 = (wid.x % blocks) * 8u;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    let steps = (p.K + {step}u - 1u) / {step}u;
+    for (var i = 0u; i < steps; i++) {{
+        let k = i * {step}u + lane * 8u;
+        if (k < p.K) {{
+            var xlo: vec4<f32>; var xhi: vec4<f32>;
+            load_x8(0u, k, &xlo, &xhi);
+",
+        step = 8 * sg
+    );
+    for r in 0..8 {
+        s += &format!(
+            "            var w{r}lo: vec4<f32>; var w{r}hi: vec4<f32>;\n            load_w8(j, min(n0 + {r}u, p.N - 1u), k, &w{r}lo, &w{r}hi);\n"
+        );
+    }
+    s += "            acc0 += vec4<f32>(dot(xlo, w0lo) + dot(xhi, w0hi), dot(xlo, w1lo) + dot(xhi, w1hi), dot(xlo, w2lo) + dot(xhi, w2hi), dot(xlo, w3lo) + dot(xhi, w3hi));\n";
+    s += "            acc1 += vec4<f32>(dot(xlo, w4lo) + dot(xhi, w4hi), dot(xlo, w5lo) + dot(xhi, w5hi), dot(xlo, w6lo) + dot(xhi, w6hi), dot(xlo, w7lo) + dot(xhi, w7hi));\n";
+    s += "        }\n    }\n    acc0 = subgroupAdd(acc0);\n    acc1 = subgroupAdd(acc1);\n";
+    s += "    let v = array<f32, 8>(acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w);\n";
+    s += &format!("    for (var r = lane; r < 8u; r += {sg}u) {{\n        let n = n0 + r;\n        if (n < p.N) {{\n");
+    for j in 0..count {
+        s += &format!("            if (j == {j}u) {{ h{j}[n] = v[r]; }}\n");
+    }
+    s += "        }\n    }\n}\n";
+    s
+}
+
+/// h_j (1, N) = x (1, K) · A_jᵀ for every (A_j, h_j) of `pairs` (2 or 3 of them, A_j f32 of
+/// one shape): the LoRA down-products of the projections that read one input (q, k, v; gate,
+/// up) in one dispatch. Each h_j equals `nt`'s h_j bit for bit: the same blocks, the same
+/// order of sums.
+pub(super) fn nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)], sg: usize) {
+    let (k, n) = (x.cols(), pairs[0].0.rows());
+    let k_vec = k % 4 == 0;
+    let count = pairs.len();
+    let key = format!("matmul_nt/gemv_many/{count}/sg{sg}/{k_vec}");
+    let pipeline = gpu.pipeline(&key, || source_many(count, k_vec, sg));
+    let p = Params { m: 1, n: n as u32, k: k as u32, ldb: k as u32, alpha: 1.0, ..Params::default() };
+    let mut bindings: Vec<&Tensor> = vec![x];
+    bindings.extend(pairs.iter().map(|(a, _)| *a));
+    bindings.extend(pairs.iter().map(|(_, h)| *h));
+    let flops = super::flops(1, n * count, k);
+    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bindings, ((count * n.div_ceil(8)) as u32, 1, 1), flops);
 }

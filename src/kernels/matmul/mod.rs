@@ -180,6 +180,34 @@ pub fn matmul_nt_with(
     }
 }
 
+/// h_j = x·A_jᵀ for each (A_j, h_j) of `pairs`: LoRA's down-products of the projections that
+/// read one input (q, k, v; gate, up). Where x is one row (decoding), the device chose the
+/// one-row kernel and the A_j are f32 of one shape, one dispatch takes up to three of them,
+/// each h_j bit-identical to its own product's; otherwise each is its own [`matmul_nt`].
+pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
+    let batched = pairs.len() > 1
+        && x.dtype == DType::F32
+        && pairs.iter().all(|(a, h)| {
+            let a0 = pairs[0].0;
+            a.dtype == DType::F32 && a.shape == a0.shape && a.cols() == x.cols() && h.shape == [x.rows(), a.rows()]
+        });
+    match gemv::takes(x.rows()).then(|| gemv_choice(gpu)).flatten() {
+        Some((sg, _)) if batched => {
+            for chunk in pairs.chunks(gemv::MANY) {
+                match chunk {
+                    [(a, h)] => matmul_nt(gpu, x, a, None, h, 1.0, 0.0),
+                    _ => gemv::nt_many(gpu, x, chunk, sg),
+                }
+            }
+        }
+        _ => {
+            for (a, h) in pairs {
+                matmul_nt(gpu, x, a, None, h, 1.0, 0.0);
+            }
+        }
+    }
+}
+
 /// C (M, N) = α · A (M, K) · B (K, N) + β · C, with B of any weight dtype (Q8/Q4 quantized
 /// along N, i.e. a (K, N) matrix quantized by its own rows).
 pub fn matmul_nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta: f32) {
