@@ -29,7 +29,8 @@
 //       writes a 993 MB one; add --no-answer to skip loading it, --train-streamed to load it
 //       streamed in q4 and report the memory of one training step at seq 256, rank 8, SGD;
 //       --train-steps N takes N steps, to time one after the first has compiled the shaders;
-//       --profile prints where the last step's GPU time went, kernel by kernel)
+//       --profile prints where the last step's GPU time went, kernel by kernel; --decode N times
+//       a greedy chat answer of N new tokens, loaded resident in bf16, beside the native CLI's)
 //   node tests/browser/run.mjs --no-build --hub DIR       (only: import the model directory DIR
 //       from this script's server in the hub layout, and report the wasm memory it took)
 //
@@ -57,6 +58,8 @@ const HUB_ONLY = arg('hub', null) && path.resolve(arg('hub', null));
 const BIG_REPO = 'big/model';
 const GGUF = path.resolve(root, GGUF_ONLY ?? 'fuzz/seeds/gguf/tiny-llama.gguf');
 const GGUF_QUESTION = 'the 12';
+const DECODE = Number(arg('decode', '0'));
+const DECODE_PROMPT = 'The quick brown fox jumps over the lazy dog while the small model learns to write notes about gardening, cooking and travel in a private browser tab without sending anything';
 const OUT = path.resolve(root, arg('out', 'target/screenshots'));
 const app = path.join(root, 'examples/vite-app');
 const t0 = Date.now();
@@ -120,6 +123,14 @@ function nativeGgufAnswer() {
   return out.toString().replace(/\n$/, ''); // the CLI ends its output with a newline of its own
 }
 
+/** The native CLI's tokens/s on the same greedy chat answer as --decode times in the browser. */
+function nativeDecode(dir) {
+  const env = { XDG_RUNTIME_DIR: '/tmp', ...process.env };
+  const r = spawnSync(cli, ['generate', '--model', dir, '--chat', '--prompt', DECODE_PROMPT, '--max-new-tokens', String(DECODE)],
+    { env, encoding: 'utf8' });
+  return (r.stderr.match(/^\d+ prompt tokens, \d+ new tokens in .*$/m) ?? ['(no timing line)'])[0];
+}
+
 /** With --gguf FILE --train-streamed: one training step of the imported model, loaded with
  *  { stream: true } in q4, at the paper's setting (seq 256, rank 8 on all seven projections,
  *  batch 1, SGD without clipping, so the update is fused into the backward as in the bench). */
@@ -139,7 +150,7 @@ async function ggufImport(tab, answer, train = null) {
     document.body.append(input);
   });
   await tab.setInputFiles('#gguf-input', GGUF);
-  return tab.evaluate(async ({ question, answer, train }) => {
+  return tab.evaluate(async ({ question, answer, train, decode }) => {
     const wt = await window.__Webtune.open({ dbName: 'webtune-gguf' });
     const out = { wasmBefore: (await wt.memory()).wasmBytes, events: 0 };
     const t = performance.now();
@@ -153,6 +164,13 @@ async function ggufImport(tab, answer, train = null) {
     if (answer) {
       await wt.loadModel('gguf');
       out.answer = await wt.generate(question, { maxNewTokens: 8, temperature: 0 });
+      if (decode.tokens > 0) {
+        // Prefill included, as the native CLI counts it; each piece of text timed as it arrives.
+        const pieces = [];
+        const t = performance.now();
+        await wt.generate(decode.prompt, { maxNewTokens: decode.tokens, temperature: 0 }, () => { pieces.push(performance.now() - t); });
+        out.decode = { ms: performance.now() - t, pieces };
+      }
     }
     if (train) {
       out.info = await wt.loadModel('gguf', 'q4', { stream: true });
@@ -165,7 +183,7 @@ async function ggufImport(tab, answer, train = null) {
     await wt.deleteModel('gguf');
     wt.close();
     return out;
-  }, { question: GGUF_QUESTION, answer, train });
+  }, { question: GGUF_QUESTION, answer, train, decode: { tokens: DECODE, prompt: DECODE_PROMPT } });
 }
 
 /** The last step's kernels as `webtune bench --profile` prints them natively. */
@@ -202,6 +220,14 @@ function checkGguf(g, answer) {
     const native = nativeGgufAnswer();
     ok('its greedy answer equals the native CLI\'s on `webtune import --gguf`', g.answer === native && native.length > 0,
       `${JSON.stringify(g.answer)} vs ${JSON.stringify(native)}`);
+    if (g.decode) {
+      const p = g.decode.pieces;
+      const per = p.length > 1 ? (p[p.length - 1] - p[0]) / (p.length - 1) : NaN;
+      ok(`a greedy chat answer of ${DECODE} new tokens timed`, p.length > 0,
+        `${(g.decode.ms / 1000).toFixed(2)} s with the prompt (${(DECODE / g.decode.ms * 1000).toFixed(2)} tok/s), ` +
+        `first piece after ${(p[0] / 1000).toFixed(2)} s, then ${per.toFixed(1)} ms per piece over ${p.length} pieces`);
+      note(`native CLI on the same answer: ${nativeDecode(path.join(root, 'target/browser/gguf-hf'))}`);
+    }
   }
 }
 
