@@ -87,3 +87,36 @@ pub async fn bench_decode(gpu: &Gpu, source: Arc<dyn WeightSource>, bc: &DecodeB
     let ms_per_token = wall / timed as f64;
     Ok(DecodeResult { prefill_ms, ms_per_token, tokens_per_s: 1000.0 / ms_per_token, tokens, profile })
 }
+
+/// The decode profile in the browser, as `webtune bench decode --profile` prints it natively
+/// (SmolLM2-135M's shape, random bf16 weights, LoRA rank 8 unmerged, 8 tokens of prompt, 8
+/// decode steps profiled): `wasm-pack test --headless --chrome --release --lib --
+/// --include-ignored --nocapture decode_profile_in_the_browser`.
+#[cfg(all(test, target_arch = "wasm32"))]
+mod browser {
+    use super::*;
+    use crate::model::synthetic::SyntheticSource;
+
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    #[ignore]
+    async fn decode_profile_in_the_browser() {
+        let gpu = crate::kernels::testutil::test_gpu().await;
+        let cfg = crate::base::config::ModelConfig::preset("smollm2-135m").expect("a preset");
+        let source: Arc<dyn WeightSource> = Arc::new(SyntheticSource::new(cfg, 1));
+        let format = WeightFormat::parse("bf16").expect("bf16");
+        let bc = DecodeBenchConfig {
+            shape: "smollm2-135m".into(),
+            prompt_tokens: 8,
+            new_tokens: 10,
+            rank: 8,
+            weights: format.name().into(),
+            format,
+            seed: 1,
+            profile: true,
+        };
+        let r = bench_decode(&gpu, source, &bc).await.expect("decodes");
+        let (wall, p) = r.profile.expect("profiled");
+        assert!(p.calls() > 0);
+        web_sys::console::log_1(&format!("decode: {:.1} ms/token\n{}", r.ms_per_token, p.table(wall)).into());
+    }
+}
