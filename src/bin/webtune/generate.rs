@@ -78,7 +78,9 @@ pub async fn generate(a: GenerateArgs) -> Result<(), Fail> {
     let mut stdout = std::io::stdout();
     let t0 = webtune::platform::now_ms();
     let mut failed = None;
+    let mut first_ms = None; // when the first new token came: the prompt's prefill
     let out = webtune::generate::generate(&gpu, &model, lora.as_ref(), &ids, &opts, &mut |id| {
+        first_ms.get_or_insert_with(|| webtune::platform::now_ms() - t0);
         match dec.push(id) {
             Ok(text) => {
                 if !text.is_empty() {
@@ -96,13 +98,20 @@ pub async fn generate(a: GenerateArgs) -> Result<(), Fail> {
     if let Some(e) = failed {
         return Err(Fail(1, format!("decoding: {e}")));
     }
-    let secs = (webtune::platform::now_ms() - t0) / 1000.0;
+    let ms = webtune::platform::now_ms() - t0;
+    let first = first_ms.unwrap_or(ms);
+    // After the first token, each one is a decode step alone (the first also holds the prefill).
+    let per_token = match out.len() {
+        n if n > 1 => format!(", then {:.1} ms per token", (ms - first) / (n - 1) as f64),
+        _ => String::new(),
+    };
     eprintln!(
-        "{} prompt tokens, {} new tokens in {:.2}s ({:.2} tok/s)",
+        "{} prompt tokens, {} new tokens in {:.2}s ({:.2} tok/s); the first after {:.2}s{per_token}",
         ids.len(),
         out.len(),
-        secs,
-        out.len() as f64 / secs.max(1e-9)
+        ms / 1000.0,
+        out.len() as f64 * 1000.0 / ms.max(1e-6),
+        first / 1000.0
     );
     Ok(())
 }
