@@ -10,6 +10,22 @@ use crate::gpu::Category;
 use crate::kernels::testutil::{test_gpu, Rng};
 use crate::platform::{block_on, now_ms};
 
+/// Wall milliseconds per call of `batch` (which makes `calls` calls), best of 5 rounds after
+/// one that compiles and warms up.
+async fn best_ms(gpu: &Gpu, calls: usize, mut batch: impl FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for round in 0..6 {
+        gpu.sync().await.unwrap();
+        let t0 = now_ms();
+        batch();
+        gpu.sync().await.unwrap();
+        if round > 0 {
+            best = best.min((now_ms() - t0) / calls as f64);
+        }
+    }
+    best
+}
+
 struct Case {
     label: String,
     flops: f64,
@@ -131,18 +147,12 @@ fn thin_gflops() {
                     (_, false) => blocked::tn(gpu, &a, &b, &c, 1.0, 1.0),
                     (_, true) => thin::run_tn(gpu, &a, &b, &c, 1.0, 1.0),
                 };
-                let mut best = f64::INFINITY;
-                for round in 0..6 {
-                    gpu.sync().await.unwrap();
-                    let t0 = now_ms();
+                let best = best_ms(gpu, 10, || {
                     for _ in 0..10 {
                         run();
                     }
-                    gpu.sync().await.unwrap();
-                    if round > 0 {
-                        best = best.min((now_ms() - t0) / 10.0);
-                    }
-                }
+                })
+                .await;
                 let name = if split { "split-K" } else { "blocked" };
                 println!("{op} {m}x{k}x{n} {name:8} {best:8.3} ms  {:6.2} GFLOP/s", flops(m, n, k) as f64 / best / 1e6);
             }
@@ -179,18 +189,12 @@ fn gemv_gbps() {
                             None => blocked::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused),
                             Some((sg, rb)) => gemv::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused, *sg, *rb),
                         };
-                        let mut best = f64::INFINITY;
-                        for round in 0..6 {
-                            gpu.sync().await.unwrap();
-                            let t0 = now_ms();
+                        let best = best_ms(gpu, ws.len(), || {
                             for w in &ws {
                                 run(w);
                             }
-                            gpu.sync().await.unwrap();
-                            if round > 0 {
-                                best = best.min((now_ms() - t0) / 20.0);
-                            }
-                        }
+                        })
+                        .await;
                         let name = c.map_or_else(|| BLOCKED.to_string(), choose::gemv_name);
                         println!(
                             "{n:5}x{k:5} {:5} {}{name:20} {best:7.3} ms  {:6.2} GB/s",

@@ -19,12 +19,8 @@ pub(super) fn takes(m: usize) -> bool {
     m == 1
 }
 
-fn source(dtype: DType, k_vec: bool, w_vec: bool, fused: bool, sg: usize, rb: usize) -> String {
-    let (lx, ae) = load8("load_x8", "a", "p.K", "p.K", DType::F32, k_vec);
-    let (lw, be) = load8("load_w8", "b", "p.K", "p.ldb", dtype, w_vec);
-    let mut s = format!(
-        "// y (1, N) = alpha · x (1, K) · Wᵀ + bias + beta · y: a subgroup per 8 rows of W, K split over its lanes.
-struct Params {{
+/// The WGSL of [`Params`], as both kernels here bind it.
+const PARAMS: &str = "struct Params {
     M: u32, N: u32, K: u32,
     ldb: u32,      // W row stride in storage words
     alpha: f32, beta: f32,
@@ -33,8 +29,43 @@ struct Params {{
     rank: u32,     // fused LoRA: r
     ls: f32,       // fused LoRA: s / alpha
     _q0: u32, _q1: u32,
-}}
-@group(0) @binding(0) var<uniform> p: Params;
+}
+";
+
+/// The K loop over a subgroup's 8 rows from n0: each lane dots its runs of 8 columns of x with
+/// the 8 rows (`load_w8(ARGS row, k, ..)`, `args` the arguments before the row), the subgroup
+/// sums them: acc0, acc1 end holding rows n0..n0+8 on every lane.
+fn k_loop(sg: usize, args: &str) -> String {
+    let step = 8 * sg;
+    let mut s = format!(
+        "    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    // The same trip count on every lane (subgroupAdd below wants uniform control flow).
+    let steps = (p.K + {step}u - 1u) / {step}u;
+    for (var i = 0u; i < steps; i++) {{
+        let k = i * {step}u + lane * 8u;
+        if (k < p.K) {{
+            var xlo: vec4<f32>; var xhi: vec4<f32>;
+            load_x8(0u, k, &xlo, &xhi);
+"
+    );
+    for j in 0..8 {
+        s += &format!(
+            "            var w{j}lo: vec4<f32>; var w{j}hi: vec4<f32>;\n            load_w8({args}min(n0 + {j}u, p.N - 1u), k, &w{j}lo, &w{j}hi);\n"
+        );
+    }
+    s += "            acc0 += vec4<f32>(dot(xlo, w0lo) + dot(xhi, w0hi), dot(xlo, w1lo) + dot(xhi, w1hi), dot(xlo, w2lo) + dot(xhi, w2hi), dot(xlo, w3lo) + dot(xhi, w3hi));\n";
+    s += "            acc1 += vec4<f32>(dot(xlo, w4lo) + dot(xhi, w4hi), dot(xlo, w5lo) + dot(xhi, w5hi), dot(xlo, w6lo) + dot(xhi, w6hi), dot(xlo, w7lo) + dot(xhi, w7hi));\n";
+    s += "        }\n    }\n    acc0 = subgroupAdd(acc0);\n    acc1 = subgroupAdd(acc1);\n";
+    s
+}
+
+fn source(dtype: DType, k_vec: bool, w_vec: bool, fused: bool, sg: usize, rb: usize) -> String {
+    let (lx, ae) = load8("load_x8", "a", "p.K", "p.K", DType::F32, k_vec);
+    let (lw, be) = load8("load_w8", "b", "p.K", "p.ldb", dtype, w_vec);
+    let mut s = format!(
+        "// y (1, N) = alpha · x (1, K) · Wᵀ + bias + beta · y: a subgroup per 8 rows of W, K split over its lanes.
+{PARAMS}@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<{ae}>;      // x: (1, K) f32
 @group(0) @binding(2) var<storage, read> b: array<{be}>;      // W: (N, K) f32, packed 16-bit, or Q8/Q4 words
 @group(0) @binding(3) var<storage, read> bias: array<f32>;   // bias: (N), read only if has_bias
@@ -49,29 +80,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n0 = ((wid.x + wid.y * nwg.x) * {rb}u + rb) * 8u;
     if (n0 >= p.N) {{ break; }}
     let m0 = 0u;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    // The same trip count on every lane (subgroupAdd below wants uniform control flow).
-    let steps = (p.K + {step}u - 1u) / {step}u;
-    for (var i = 0u; i < steps; i++) {{
-        let k = i * {step}u + lane * 8u;
-        if (k < p.K) {{
-            var xlo: vec4<f32>; var xhi: vec4<f32>;
-            load_x8(0u, k, &xlo, &xhi);
 ",
         if fused { lora::NT_BINDINGS } else { "" },
         unpack_fns(dtype),
-        step = 8 * sg,
         rb = rb,
     );
-    for j in 0..8 {
-        s += &format!(
-            "            var w{j}lo: vec4<f32>; var w{j}hi: vec4<f32>;\n            load_w8(min(n0 + {j}u, p.N - 1u), k, &w{j}lo, &w{j}hi);\n"
-        );
-    }
-    s += "            acc0 += vec4<f32>(dot(xlo, w0lo) + dot(xhi, w0hi), dot(xlo, w1lo) + dot(xhi, w1hi), dot(xlo, w2lo) + dot(xhi, w2hi), dot(xlo, w3lo) + dot(xhi, w3hi));\n";
-    s += "            acc1 += vec4<f32>(dot(xlo, w4lo) + dot(xhi, w4hi), dot(xlo, w5lo) + dot(xhi, w5hi), dot(xlo, w6lo) + dot(xhi, w6hi), dot(xlo, w7lo) + dot(xhi, w7hi));\n";
-    s += "        }\n    }\n    acc0 = subgroupAdd(acc0);\n    acc1 = subgroupAdd(acc1);\n";
+    s += &k_loop(sg, "");
     // The fused term of row n is added by the lane that stores it (the same sum, in the same
     // order, as `lora::nt_epilogue` adds into a register-blocked kernel's accumulators), not
     // by every lane for all 8 rows.
@@ -153,13 +167,7 @@ fn source_many(count: usize, k_vec: bool, sg: usize) -> String {
     let (lx, ae) = load8("load_x8", "a", "p.K", "p.K", DType::F32, k_vec);
     let mut s = format!(
         "// h_j (1, N) = x (1, K) · A_jᵀ for j < {count}, A_j (N, K) f32: a subgroup per 8 rows of one A_j, K split over its lanes.
-struct Params {{
-    M: u32, N: u32, K: u32,
-    ldb: u32,
-    alpha: f32, beta: f32,
-    has_bias: u32, qoff: u32, rank: u32, ls: f32, _q0: u32, _q1: u32,
-}}
-@group(0) @binding(0) var<uniform> p: Params;
+{PARAMS}@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<{ae}>;      // x: (1, K)
 {lx}"
     );
@@ -183,25 +191,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let blocks = (p.N + 7u) / 8u;
     let j = wid.x / blocks;
     let n0 = (wid.x % blocks) * 8u;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    let steps = (p.K + {step}u - 1u) / {step}u;
-    for (var i = 0u; i < steps; i++) {{
-        let k = i * {step}u + lane * 8u;
-        if (k < p.K) {{
-            var xlo: vec4<f32>; var xhi: vec4<f32>;
-            load_x8(0u, k, &xlo, &xhi);
-",
-        step = 8 * sg
+"
     );
-    for r in 0..8 {
-        s += &format!(
-            "            var w{r}lo: vec4<f32>; var w{r}hi: vec4<f32>;\n            load_w8(j, min(n0 + {r}u, p.N - 1u), k, &w{r}lo, &w{r}hi);\n"
-        );
-    }
-    s += "            acc0 += vec4<f32>(dot(xlo, w0lo) + dot(xhi, w0hi), dot(xlo, w1lo) + dot(xhi, w1hi), dot(xlo, w2lo) + dot(xhi, w2hi), dot(xlo, w3lo) + dot(xhi, w3hi));\n";
-    s += "            acc1 += vec4<f32>(dot(xlo, w4lo) + dot(xhi, w4hi), dot(xlo, w5lo) + dot(xhi, w5hi), dot(xlo, w6lo) + dot(xhi, w6hi), dot(xlo, w7lo) + dot(xhi, w7hi));\n";
-    s += "        }\n    }\n    acc0 = subgroupAdd(acc0);\n    acc1 = subgroupAdd(acc1);\n";
+    s += &k_loop(sg, "j, ");
     s += "    let v = array<f32, 8>(acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w);\n";
     s += &format!("    for (var r = lane; r < 8u; r += {sg}u) {{\n        let n = n0 + r;\n        if (n < p.N) {{\n");
     for j in 0..count {

@@ -188,8 +188,10 @@ pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
     let batched = pairs.len() > 1
         && x.dtype == DType::F32
         && pairs.iter().all(|(a, h)| {
-            let a0 = pairs[0].0;
-            a.dtype == DType::F32 && a.shape == a0.shape && a.cols() == x.cols() && h.shape == [x.rows(), a.rows()]
+            a.dtype == DType::F32
+                && a.shape == pairs[0].0.shape
+                && a.cols() == x.cols()
+                && h.shape == [x.rows(), a.rows()]
         });
     match gemv::takes(x.rows()).then(|| gemv_choice(gpu)).flatten() {
         Some((sg, _)) if batched => {
