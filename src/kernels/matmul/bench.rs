@@ -9,6 +9,7 @@ use super::*;
 use crate::gpu::Category;
 use crate::kernels::testutil::{test_gpu, Rng};
 use crate::platform::{block_on, now_ms};
+use gemv::Gemv;
 
 /// Wall milliseconds per call of `batch` (which makes `calls` calls), best of 5 rounds after
 /// one that compiles and warms up.
@@ -180,14 +181,14 @@ fn gemv_gbps() {
                 let host = rng.vec(n * k, 0.05);
                 let ws: Vec<Tensor> =
                     (0..20).map(|_| gpu.upload_f32_as(&host, &[n, k], dtype, Category::Weights).unwrap()).collect();
-                let mut kernels: Vec<Option<(usize, usize)>> = vec![None];
-                kernels.extend(choose::gemv_candidates(gpu).into_iter().map(Some));
+                let mut kernels: Vec<Option<Gemv>> = vec![None];
+                kernels.extend(choose::gemv_candidates(gpu).into_iter().filter(|g| g.takes(dtype, k)).map(Some));
                 for lora in [false, true] {
                     for c in &kernels {
                         let fused = lora.then_some(Fused { left: &h, right: &bl, scale: 2.0 });
                         let run = |w: &Tensor| match c {
                             None => blocked::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused),
-                            Some((sg, rb)) => gemv::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused, *sg, *rb),
+                            Some(g) => gemv::run(gpu, *g, &x, w, None, &y, 1.0, 0.0, fused),
                         };
                         let best = best_ms(gpu, ws.len(), || {
                             for w in &ws {
@@ -195,7 +196,7 @@ fn gemv_gbps() {
                             }
                         })
                         .await;
-                        let name = c.map_or_else(|| BLOCKED.to_string(), choose::gemv_name);
+                        let name = c.map_or_else(|| BLOCKED.to_string(), Gemv::name);
                         println!(
                             "{n:5}x{k:5} {:5} {}{name:20} {best:7.3} ms  {:6.2} GB/s",
                             dtype.name(),

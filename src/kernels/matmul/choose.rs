@@ -4,7 +4,8 @@
 //! Each candidate is first checked against the register-blocked kernels on small awkward
 //! shapes, then timed at the model's own shapes; the fastest that agrees runs from then on.
 
-use super::{blocked, gemv, matmul_nn_with, matmul_nt_with, shared, thin, tiled, Fused, Variant};
+use super::gemv::{self, Gemv};
+use super::{blocked, matmul_nn_with, matmul_nt_with, shared, thin, tiled, Fused, Variant};
 use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu};
@@ -30,36 +31,32 @@ pub const THIN_CHOICE: &str = "thin";
 /// [`THIN_CHOICE`]'s one alternative to the register-blocked kernels.
 pub const SPLIT_K: &str = "split-k";
 
-/// The key of the one-row product's kernel (decoding) in the device's kernel choices:
-/// "subgroup/sg{SG}/rb{RB}" ([`gemv`]: a subgroup of SG lanes per 8 outputs, K split over it,
-/// RB blocks of 8 per workgroup) or absent, the register-blocked kernel.
+/// The key of the one-row product's kernel (decoding) in the device's kernel choices: a
+/// [`Gemv`] by name ("subgroup/sg{SG}/rb{RB}": a subgroup of SG lanes per 8 outputs, K split
+/// over it, RB blocks of 8 per workgroup; "rows/r{R}": an invocation per R rows of W) or
+/// absent, the register-blocked kernel.
 pub const GEMV_CHOICE: &str = "gemv";
 
-/// The one-row kernel's (subgroup size, row blocks per workgroup), if the device chose it.
-pub(super) fn gemv_choice(gpu: &Gpu) -> Option<(usize, usize)> {
-    parse_gemv(&gpu.choice(GEMV_CHOICE)?)
+/// The one-row kernel the device chose, if it chose one.
+pub(super) fn gemv_choice(gpu: &Gpu) -> Option<Gemv> {
+    Gemv::parse(&gpu.choice(GEMV_CHOICE)?)
 }
 
-pub(super) fn parse_gemv(s: &str) -> Option<(usize, usize)> {
-    let (sg, rb) = s.strip_prefix("subgroup/sg")?.split_once("/rb")?;
-    let (sg, rb) = (sg.parse().ok()?, rb.parse().ok()?);
-    (sg > 0 && rb > 0).then_some((sg, rb))
-}
-
-/// The one-row kernels this device can run, (subgroup size, row blocks): where it has
-/// subgroups of one known size (as the subgroup-shared variant needs), one block of 8 rows
-/// per workgroup (many workgroups, for GPUs) or eight (fewer, for CPU adapters).
-pub(super) fn gemv_candidates(gpu: &Gpu) -> Vec<(usize, usize)> {
-    fixed_subgroup(gpu).map_or_else(Vec::new, |sg| [1, 8].into_iter().map(|rb| (sg, rb)).collect())
+/// The one-row kernels this device can run: [`gemv::ROWS`]'s on every device; where it has
+/// subgroups of one known size (as the subgroup-shared variant needs), the subgroup kernel
+/// with one block of 8 rows per workgroup (many workgroups, for GPUs) or eight (fewer, for
+/// CPU adapters).
+pub(super) fn gemv_candidates(gpu: &Gpu) -> Vec<Gemv> {
+    let mut out: Vec<Gemv> = gemv::ROWS.into_iter().map(Gemv::Rows).collect();
+    if let Some(sg) = fixed_subgroup(gpu) {
+        out.extend([1, 8].into_iter().map(|rb| Gemv::Subgroup { sg, rb }));
+    }
+    out
 }
 
 /// Whether `name` is a one-row kernel this device can run (a cached choice still valid).
 pub fn gemv_runnable(gpu: &Gpu, name: &str) -> bool {
-    parse_gemv(name).is_some_and(|c| gemv_candidates(gpu).contains(&c))
-}
-
-pub(super) fn gemv_name((sg, rb): (usize, usize)) -> String {
-    format!("subgroup/sg{sg}/rb{rb}")
+    Gemv::parse(name).is_some_and(|c| gemv_candidates(gpu).contains(&c))
 }
 
 /// Whether this device computes the thin LoRA products with the split-K kernels.
@@ -251,7 +248,9 @@ const STREAM_BYTES: usize = 64 << 20;
 /// bias, β and a fused LoRA term), both timed at one token through W (n, k) for each (k, n)
 /// of `shapes`, each weight read from memory, not from cache ([`STREAM_BYTES`]).
 pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
-    let cands = gemv_candidates(gpu);
+    // Kernels that do not take these weights would only time the register-blocked one again.
+    let cands: Vec<Gemv> =
+        gemv_candidates(gpu).into_iter().filter(|g| shapes.iter().all(|&(k, _)| g.takes(dtype, k))).collect();
     if cands.is_empty() {
         gpu.set_choice(GEMV_CHOICE, None);
         return Ok(Vec::new());
@@ -269,13 +268,13 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
         checks.push((x, w, bias, h, lb, rank, rng.vec(n, 1.0)));
     }
     // The outputs of kernel `c` (None: the register-blocked one) on the checks, not yet read.
-    let run_check = |c: Option<(usize, usize)>| -> Result<Vec<crate::gpu::Tensor>> {
+    let run_check = |c: Option<Gemv>| -> Result<Vec<crate::gpu::Tensor>> {
         let mut outs = Vec::new();
         for (x, w, bias, h, lb, rank, c0) in &checks {
             let fused = (*rank > 0).then_some(Fused { left: h, right: lb, scale: 2.0 });
             let y = gpu.upload_f32(c0, &[1, c0.len()], Category::Scratch)?;
             match c {
-                Some((sg, rb)) => gemv::nt(gpu, x, w, Some(bias), &y, 0.75, 0.5, fused, sg, rb),
+                Some(g) => gemv::run(gpu, g, x, w, Some(bias), &y, 0.75, 0.5, fused),
                 None => blocked::nt(gpu, x, w, Some(bias), &y, 0.75, 0.5, fused),
             }
             outs.push(y);
@@ -300,10 +299,10 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
             inputs.push((x.clone(), w, y.clone()));
         }
     }
-    let run = |c: Option<(usize, usize)>| {
+    let run = |c: Option<Gemv>| {
         for (x, w, y) in &inputs {
             match c {
-                Some((sg, rb)) => gemv::nt(gpu, x, w, None, y, 1.0, 0.0, None, sg, rb),
+                Some(g) => gemv::run(gpu, g, x, w, None, y, 1.0, 0.0, None),
                 None => blocked::nt(gpu, x, w, None, y, 1.0, 0.0, None),
             }
         }
@@ -317,10 +316,10 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
             }
         }
         let ms = if agrees { gpu_time(gpu, reps, || run(c)).await? } else { 0.0 };
-        let variant = c.map_or_else(|| BLOCKED.to_string(), gemv_name);
+        let variant = c.map_or_else(|| BLOCKED.to_string(), Gemv::name);
         out.push(Measured { family: GEMV_CHOICE.into(), variant, ms, agrees, chosen: false });
     }
     let best = mark_fastest(&mut out);
-    gpu.set_choice(GEMV_CHOICE, best.as_deref().and_then(parse_gemv).map(gemv_name));
+    gpu.set_choice(GEMV_CHOICE, best.as_deref().and_then(Gemv::parse).map(Gemv::name));
     Ok(out)
 }

@@ -19,7 +19,70 @@ pub(super) fn takes(m: usize) -> bool {
     m == 1
 }
 
-/// The WGSL of [`Params`], as both kernels here bind it.
+/// A one-row kernel ([`super::choose_gemv`] picks one per device; the register-blocked kernel
+/// is the reference, and the fallback where a kernel does not take the product).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gemv {
+    /// [`nt`]: a subgroup of `sg` lanes per 8 rows of W, `rb` such blocks per workgroup.
+    Subgroup { sg: usize, rb: usize },
+    /// [`nt_rows`]: an invocation per this many rows of W (no subgroups).
+    Rows(usize),
+}
+
+/// The row counts [`nt_rows`] is built for.
+pub(super) const ROWS: [usize; 2] = [8, 16];
+
+impl Gemv {
+    /// "subgroup/sg{SG}/rb{RB}" or "rows/r{R}".
+    pub(super) fn name(self) -> String {
+        match self {
+            Gemv::Subgroup { sg, rb } => format!("subgroup/sg{sg}/rb{rb}"),
+            Gemv::Rows(r) => format!("rows/r{r}"),
+        }
+    }
+
+    pub(super) fn parse(s: &str) -> Option<Gemv> {
+        if let Some(r) = s.strip_prefix("rows/r") {
+            let r = r.parse().ok()?;
+            return ROWS.contains(&r).then_some(Gemv::Rows(r));
+        }
+        let (sg, rb) = s.strip_prefix("subgroup/sg")?.split_once("/rb")?;
+        let (sg, rb) = (sg.parse().ok()?, rb.parse().ok()?);
+        (sg > 0 && rb > 0).then_some(Gemv::Subgroup { sg, rb })
+    }
+
+    /// Whether this kernel computes one-row products with W of `dtype` and K columns itself
+    /// (where it does not, [`run`] falls back to the register-blocked kernel).
+    pub(super) fn takes(self, dtype: DType, k: usize) -> bool {
+        match self {
+            Gemv::Subgroup { .. } => true,
+            Gemv::Rows(_) => rows_take(dtype, k),
+        }
+    }
+}
+
+/// y (1, N) = α · x (1, K) · Wᵀ + bias + β · y (+ the fused LoRA term) with kernel `g` where it
+/// takes the product, else with the register-blocked kernel.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    gpu: &Gpu,
+    g: Gemv,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    fused: Option<Fused>,
+) {
+    match g {
+        Gemv::Subgroup { sg, rb } => nt(gpu, a, b, bias, c, alpha, beta, fused, sg, rb),
+        Gemv::Rows(r) if rows_take(b.dtype, a.cols()) => nt_rows(gpu, a, b, bias, c, alpha, beta, fused, r),
+        Gemv::Rows(_) => super::blocked::nt(gpu, a, b, bias, c, alpha, beta, fused),
+    }
+}
+
+/// The WGSL of [`Params`], as the kernels here bind it.
 const PARAMS: &str = "struct Params {
     M: u32, N: u32, K: u32,
     ldb: u32,      // W row stride in storage words
@@ -157,6 +220,194 @@ pub(super) fn nt(
     let bias = bias.unwrap_or(gpu.dummy());
     let w = crate::gpu::groups(n.div_ceil(8 * rb) as u32);
     lora::dispatch(gpu, &pipeline, bytemuck::bytes_of(&p), &[a, b, bias, c], fused, w, (1, n, k));
+}
+
+/// Whether [`nt_rows`] takes a product with W of `dtype` and K columns: 16-bit rows of a
+/// multiple of 8 values (whole `vec4<u32>` runs), quantized rows of whole groups (so x is
+/// read only within K).
+fn rows_take(dtype: DType, k: usize) -> bool {
+    match dtype {
+        DType::BF16 | DType::F16 => k % 8 == 0,
+        DType::Q8 | DType::Q4 => k % dtype.group_size().unwrap_or(1) == 0,
+        DType::F32 => false,
+    }
+}
+
+/// The K loop of [`source_rows`] for quantized W, group by group: a group's 8 code words are
+/// two `vec4<u32>` loads per row and its (scale, offset) one word of `bq` (the same buffer
+/// bound as words), its x values loaded once for all rows.
+fn rows_loop_quantized(dtype: DType, rows: usize) -> String {
+    // Values per code word, and so vec4s of x per word (Q4: 8 values, Q8: 4).
+    let per_word = if dtype == DType::Q4 { 8 } else { 4 };
+    let xv = 8 * per_word / 4;
+    let mut s = String::from(
+        "    let groups = p.ldb / 8u;
+",
+    );
+    for j in 0..rows {
+        s += &format!(
+            "    let r{j} = min(n0 + {j}u, p.N - 1u);
+    let o{j} = r{j} * run;
+    let q{j} = p.qoff + r{j} * groups;
+    var acc{j} = 0.0;
+"
+        );
+    }
+    s += "    for (var g = 0u; g < groups; g++) {
+";
+    for i in 0..xv {
+        s += &format!(
+            "        let x{i} = a[g * {xv}u + {i}u];
+"
+        );
+    }
+    for j in 0..rows {
+        s += &format!(
+            "        let s{j} = qparams(bq[q{j} + g]);
+        let ua{j} = b[o{j} + 2u * g];
+        let ub{j} = b[o{j} + 2u * g + 1u];
+"
+        );
+        let mut terms = Vec::new();
+        for (w, word) in
+            ["ua{j}.x", "ua{j}.y", "ua{j}.z", "ua{j}.w", "ub{j}.x", "ub{j}.y", "ub{j}.z", "ub{j}.w"].iter().enumerate()
+        {
+            let word = word.replace("{j}", &j.to_string());
+            if dtype == DType::Q4 {
+                terms.push(format!("dot(x{}, s{j}.x * q4x4({word}) + s{j}.y)", 2 * w));
+                terms.push(format!("dot(x{}, s{j}.x * q4x4({word} >> 16u) + s{j}.y)", 2 * w + 1));
+            } else {
+                terms.push(format!("dot(x{w}, s{j}.x * q8x4({word}) + s{j}.y)"));
+            }
+        }
+        s += &format!(
+            "        acc{j} += {};
+",
+            terms.join(" + ")
+        );
+    }
+    s += "    }
+";
+    s
+}
+
+fn source_rows(dtype: DType, fused: bool, rows: usize, wg: usize) -> String {
+    let quantized = dtype.group_size().is_some();
+    // The quantized weights' (scale, offset) words: W's buffer again, as words, after the fused
+    // term's bindings.
+    let bq = if quantized {
+        format!("@group(0) @binding({}) var<storage, read> bq: array<u32>;\n", if fused { 7 } else { 5 })
+    } else {
+        String::new()
+    };
+    let mut s = format!(
+        "// y (1, N) = alpha · x (1, K) · Wᵀ + bias + beta · y: an invocation per {rows} rows of W, K in runs of 4 words.
+{PARAMS}@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;  // x: (1, K) f32
+@group(0) @binding(2) var<storage, read> b: array<vec4<u32>>;  // W: (N, K) packed 16-bit or Q8/Q4 codes, 4 words a run
+@group(0) @binding(3) var<storage, read> bias: array<f32>;     // bias: (N), read only if has_bias
+@group(0) @binding(4) var<storage, read_write> c: array<f32>;  // y: (1, N)
+{}{bq}
+{}
+@compute @workgroup_size({wg})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) li: u32) {{
+    let n0 = ((wid.x + wid.y * nwg.x) * {wg}u + li) * {rows}u;
+    if (n0 >= p.N) {{ return; }}
+    let m0 = 0u;
+    let run = p.ldb / 4u;
+",
+        if fused { lora::NT_BINDINGS } else { "" },
+        unpack_fns(dtype),
+    );
+    // Row offsets hoisted out of the K loop (a compiler without loop-invariant code motion, as
+    // a browser's CPU adapter may have, would recompute them every step).
+    if quantized {
+        s += &rows_loop_quantized(dtype, rows);
+    } else {
+        for j in 0..rows {
+            s += &format!("    let o{j} = min(n0 + {j}u, p.N - 1u) * run;\n    var acc{j} = 0.0;\n");
+        }
+        s += "    for (var i = 0u; i < run; i++) {\n        let xlo = a[2u * i];\n        let xhi = a[2u * i + 1u];\n";
+        for j in 0..rows {
+            s += &format!(
+                "        let w{j} = b[o{j} + i];\n        acc{j} += dot(xlo, vec4<f32>(unpack2(w{j}.x), unpack2(w{j}.y))) + dot(xhi, vec4<f32>(unpack2(w{j}.z), unpack2(w{j}.w)));\n"
+            );
+        }
+        s += "    }\n";
+    }
+    s += &format!("    var v: array<f32, {rows}>;\n");
+    for j in 0..rows {
+        s += &format!("    v[{j}] = acc{j};\n");
+    }
+    let lora_term = if fused {
+        "        for (var t = 0u; t < p.rank; t += 4u) { acc += dot(p.ls * lora_h4(0u, t), lora_b4(n, t)); }\n"
+    } else {
+        ""
+    };
+    s += &format!(
+        "    for (var j = 0u; j < {rows}u; j++) {{
+        let n = n0 + j;
+        if (n >= p.N) {{ return; }}
+        var acc = v[j];
+{lora_term}        var r = p.alpha * acc;
+        if (p.has_bias != 0u) {{ r += bias[n]; }}
+        if (p.beta != 0.0) {{ r += p.beta * c[n]; }}
+        c[n] = r;
+    }}
+}}
+"
+    );
+    s
+}
+
+/// y (1, N) = α · x (1, K) · Wᵀ + bias + β · y (+ the fused LoRA term), each invocation `rows`
+/// rows of W through the whole of K in runs of 8 values: one `vec4<u32>` load per row and run
+/// where the register-blocked kernel makes two `vec2<u32>` loads and recomputes each row's
+/// offset per run of 4 (lavapipe, SmolLM2's lm_head 8192×576 bf16 streamed: 10.6 against
+/// 5.9 GB/s). No subgroups, so every adapter runs it. W 16-bit with K a multiple of 8, or
+/// Q8/Q4 with K a multiple of its group (its groups one at a time).
+#[allow(clippy::too_many_arguments)]
+fn nt_rows(
+    gpu: &Gpu,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    fused: Option<Fused>,
+    rows: usize,
+) {
+    let (k, n) = (a.cols(), b.rows());
+    debug_assert!(rows_take(b.dtype, k));
+    let invocations = n.div_ceil(rows);
+    let wg = (invocations / 16).clamp(8, 64).next_power_of_two();
+    let key = format!("matmul_nt/gemv_rows/r{rows}/wg{wg}/{}{}", b.dtype.name(), super::blocked::lora_key(fused));
+    let pipeline = gpu.pipeline(&key, || source_rows(b.dtype, fused.is_some(), rows, wg));
+    let ldb = b.dtype.row_words(k);
+    let p = Params {
+        m: 1,
+        n: n as u32,
+        k: k as u32,
+        ldb: ldb as u32,
+        alpha,
+        beta,
+        has_bias: bias.is_some() as u32,
+        qoff: (n * ldb) as u32,
+        ..Params::default()
+    }
+    .with_lora(fused);
+    let bias = bias.unwrap_or(gpu.dummy());
+    let w = crate::gpu::groups(invocations.div_ceil(wg) as u32);
+    let mut bindings = vec![a, b, bias, c];
+    if let Some(l) = fused {
+        bindings.extend([l.left, l.right]);
+    }
+    if b.dtype.group_size().is_some() {
+        bindings.push(b);
+    }
+    let flops = super::flops(1, n, k + fused.map_or(0, |l| l.rank()));
+    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bindings, w, flops);
 }
 
 /// Most products [`nt_many`] takes in one dispatch (two bindings each, beside x: 7 storage

@@ -163,9 +163,9 @@ pub fn matmul_nt_with(
     if m == 0 || n == 0 {
         return;
     }
-    // Decoding's one row: a subgroup per 8 outputs, where the device chose it.
-    if let Some((sg, rb)) = gemv::takes(m).then(|| gemv_choice(gpu)).flatten() {
-        return gemv::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, rb);
+    // Decoding's one row: the one-row kernel the device chose, where it takes these weights.
+    if let Some(g) = gemv::takes(m).then(|| gemv_choice(gpu)).flatten().filter(|g| g.takes(b.dtype, k)) {
+        return gemv::run(gpu, g, a, b, bias, c, alpha, beta, lora);
     }
     match v {
         // LoRA's h = x·Aᵀ: N = r, a long K split over a workgroup.
@@ -194,7 +194,7 @@ pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
                 && h.shape == [x.rows(), a.rows()]
         });
     match gemv::takes(x.rows()).then(|| gemv_choice(gpu)).flatten() {
-        Some((sg, _)) if batched => {
+        Some(gemv::Gemv::Subgroup { sg, .. }) if batched => {
             for chunk in pairs.chunks(gemv::MANY) {
                 match chunk {
                     [(a, h)] => matmul_nt(gpu, x, a, None, h, 1.0, 0.0),

@@ -1,6 +1,7 @@
 //! Every variant against the f64 reference, at awkward shapes and every weight dtype.
 
-use super::choose::{gemv_candidates, gemv_choice, gemv_name, parse_gemv};
+use super::choose::{gemv_candidates, gemv_choice};
+use super::gemv::Gemv;
 use super::*;
 use crate::gpu::Category;
 use crate::gpu_test;
@@ -265,21 +266,28 @@ gpu_test!(async fn thin_choice_is_the_faster_agreeing_kernel(gpu) {
     assert_eq!(split, chosen[0].variant == SPLIT_K);
 });
 
-// The one-row (decoding) subgroup kernels, as a device that chose one runs it: every weight
-// dtype, K and N off every multiple, with bias, β and a fused LoRA term; N = r (LoRA's h).
-// Devices without subgroups of one size (SwiftShader) have no such kernel to check.
-gpu_test!(async fn gemv_subgroup_kernel(gpu) {
-    for c in gemv_candidates(gpu) {
-        gpu.set_choice(GEMV_CHOICE, Some(gemv_name(c)));
+// The one-row (decoding) kernels, as a device that chose one runs it: every weight dtype, K
+// and N off every multiple (and K a multiple of 8, 32 and 64, which the rows kernel wants for
+// 16-bit, Q8 and Q4 weights), with bias, β
+// and a fused LoRA term; N = r (LoRA's h). Devices without subgroups of one size (SwiftShader)
+// have only the rows kernels to check.
+gpu_test!(async fn gemv_kernels(gpu) {
+    let cands = gemv_candidates(gpu);
+    assert!(cands.contains(&Gemv::Rows(8)) && cands.contains(&Gemv::Rows(16)));
+    for c in cands {
+        gpu.set_choice(GEMV_CHOICE, Some(c.name()));
         assert_eq!(gemv_choice(gpu), Some(c));
         for dtype in [DType::F32, DType::BF16, DType::F16, DType::Q8, DType::Q4] {
-            for (k, n, bias, beta) in [(53, 29, true, 0.0), (52, 70, false, 1.0), (300, 8, true, 0.5), (136, 600, true, 1.0)] {
+            for (k, n, bias, beta) in
+                [(53, 29, true, 0.0), (52, 70, false, 1.0), (300, 8, true, 0.5), (136, 600, true, 1.0), (96, 37, false, 0.5), (192, 45, true, 1.0)]
+            {
                 for rank in [0, 8, 5] {
                     check_nt_with(gpu, Variant::Blocked, 1, k, n, dtype, bias, beta, rank).await;
                 }
             }
         }
     }
+    gpu.set_choice(GEMV_CHOICE, None);
 });
 
 gpu_test!(async fn gemv_choice_is_the_faster_agreeing_kernel(gpu) {
@@ -295,7 +303,10 @@ gpu_test!(async fn gemv_choice_is_the_faster_agreeing_kernel(gpu) {
     assert!(fastest.chosen && measured.iter().filter(|m| m.chosen).count() == 1, "{measured:?}");
     assert_eq!(gpu.choice(GEMV_CHOICE), (fastest.variant != "blocked").then(|| fastest.variant.clone()));
     assert!(gemv_runnable(gpu, &fastest.variant) || fastest.variant == "blocked");
-    assert_eq!(parse_gemv("subgroup/sg8/rb0"), None);
+    assert_eq!(Gemv::parse("subgroup/sg8/rb0"), None);
+    assert_eq!(Gemv::parse("rows/r16"), Some(Gemv::Rows(16)));
+    assert_eq!(Gemv::parse("rows/r7"), None);
+    gpu.set_choice(GEMV_CHOICE, None);
 });
 
 // LoRA's down-products of the projections that share one input, computed together as decoding
@@ -304,7 +315,7 @@ gpu_test!(async fn gemv_choice_is_the_faster_agreeing_kernel(gpu) {
 gpu_test!(async fn batched_lora_down_products_equal_their_own(gpu) {
     let mut rng = Rng::new(41);
     let choices: Vec<Option<String>> =
-        std::iter::once(None).chain(gemv_candidates(gpu).into_iter().map(|c| Some(gemv_name(c)))).collect();
+        std::iter::once(None).chain(gemv_candidates(gpu).into_iter().map(|c| Some(c.name()))).collect();
     for choice in choices {
         gpu.set_choice(GEMV_CHOICE, choice.clone());
         for (k, r, count) in [(53, 8, 3), (576, 8, 2), (300, 5, 4)] {
