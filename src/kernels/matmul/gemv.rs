@@ -149,18 +149,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         rb = rb,
     );
     s += &k_loop(sg, "");
-    // The fused term of row n is added by the lane that stores it (the same sum, in the same
-    // order, as `lora::nt_epilogue` adds into a register-blocked kernel's accumulators), not
-    // by every lane for all 8 rows.
+    // The fused term of row n is added by the lane that stores it, not by every lane for all 8
+    // rows.
+    s += &format!(
+        "    let v = array<f32, 8>(acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w);
+    for (var j = lane; j < 8u; j += {sg}u) {{
+{}    }}
+    }}
+}}
+",
+        store(fused)
+    );
+    s
+}
+
+/// The WGSL that stores row n0 + j of y from its sum `v[j]`: the fused LoRA term (the same
+/// sum, in the same order, as `lora::nt_epilogue` adds into a register-blocked kernel's
+/// accumulators), α, the bias and β · y.
+fn store(fused: bool) -> String {
     let lora_term = if fused {
         "            for (var t = 0u; t < p.rank; t += 4u) { acc += dot(p.ls * lora_h4(0u, t), lora_b4(n, t)); }\n"
     } else {
         ""
     };
-    s += &format!(
-        "    let v = array<f32, 8>(acc0.x, acc0.y, acc0.z, acc0.w, acc1.x, acc1.y, acc1.z, acc1.w);
-    for (var j = lane; j < 8u; j += {sg}u) {{
-        let n = n0 + j;
+    format!(
+        "        let n = n0 + j;
         if (n < p.N) {{
             var acc = v[j];
 {lora_term}            var r = p.alpha * acc;
@@ -168,12 +181,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (p.beta != 0.0) {{ r += p.beta * c[n]; }}
             c[n] = r;
         }}
-    }}
-    }}
-}}
 "
-    );
-    s
+    )
 }
 
 /// y (1, N) = α · x (1, K) · Wᵀ + bias + β · y (+ the fused LoRA term), with subgroups of `sg`
@@ -339,24 +348,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for j in 0..rows {
         s += &format!("    v[{j}] = acc{j};\n");
     }
-    let lora_term = if fused {
-        "        for (var t = 0u; t < p.rank; t += 4u) { acc += dot(p.ls * lora_h4(0u, t), lora_b4(n, t)); }\n"
-    } else {
-        ""
-    };
-    s += &format!(
-        "    for (var j = 0u; j < {rows}u; j++) {{
-        let n = n0 + j;
-        if (n >= p.N) {{ return; }}
-        var acc = v[j];
-{lora_term}        var r = p.alpha * acc;
-        if (p.has_bias != 0u) {{ r += bias[n]; }}
-        if (p.beta != 0.0) {{ r += p.beta * c[n]; }}
-        c[n] = r;
-    }}
-}}
-"
-    );
+    s += &format!("    for (var j = 0u; j < {rows}u; j++) {{\n{}    }}\n}}\n", store(fused));
     s
 }
 
