@@ -25,7 +25,7 @@ use crate::kernels::matmul::{matmul_nn, matmul_nt};
 use crate::kernels::rmsnorm::rmsnorm_forward;
 use crate::kernels::rope::{rope_into_cache, rope_table, RopeTable};
 use crate::kernels::swiglu::swiglu_forward;
-use crate::model::block::{block_forward, lora_h_many, lora_linear_forward_h, BlockCtx};
+use crate::model::block::{block_forward, gate_up_swiglu_h, lora_h_many, lora_linear_forward_h, BlockCtx};
 use crate::model::lora::{Lora, LoraPair};
 use crate::model::weights::{LayerWeights, Linear};
 use crate::model::Model;
@@ -419,6 +419,26 @@ impl<'a> Decoder<'a> {
         Ok(())
     }
 
+    /// m = silu(gate(x)) · up(x) of layer l in one dispatch where the device's kernels take it
+    /// ([`gate_up_swiglu_h`]: one row, unmerged weights); false, having done nothing, otherwise.
+    fn gate_up_swiglu(
+        &self,
+        gpu: &Gpu,
+        w: &LayerWeights,
+        l: usize,
+        x: &Tensor,
+        h: &[Option<Tensor>],
+        m: &Tensor,
+    ) -> bool {
+        if self.merged(l, Proj::Gate).is_some() || self.merged(l, Proj::Up).is_some() {
+            return false;
+        }
+        let scale = self.lora.map_or(0.0, |lo| lo.scale());
+        let gate = (w.linear(Proj::Gate), self.pair(l, Proj::Gate).zip(h[0].as_ref()));
+        let up = (w.linear(Proj::Up), self.pair(l, Proj::Up).zip(h[1].as_ref()));
+        gate_up_swiglu_h(gpu, x, gate, up, scale, m)
+    }
+
     /// Decoder block l over the residual stream ws.x (n, C) at positions p0.., in place; as
     /// [`block_forward`] but with the cache, and with each residual add done by the product
     /// that feeds it (o and down add into x as they store):
@@ -440,9 +460,11 @@ impl<'a> Decoder<'a> {
         self.proj(gpu, w, l, Proj::O, &ws.o, h[0].as_ref(), x, true)?;
         rmsnorm_forward(gpu, x, &w.post_norm, eps, &ws.xn, &ws.rstd);
         let h = self.lora_h(gpu, l, &[Proj::Gate, Proj::Up], &ws.xn)?;
-        self.proj(gpu, w, l, Proj::Gate, &ws.xn, h[0].as_ref(), &ws.g, false)?;
-        self.proj(gpu, w, l, Proj::Up, &ws.xn, h[1].as_ref(), &ws.u, false)?;
-        swiglu_forward(gpu, &ws.g, &ws.u, &ws.m);
+        if !self.gate_up_swiglu(gpu, w, l, &ws.xn, &h, &ws.m) {
+            self.proj(gpu, w, l, Proj::Gate, &ws.xn, h[0].as_ref(), &ws.g, false)?;
+            self.proj(gpu, w, l, Proj::Up, &ws.xn, h[1].as_ref(), &ws.u, false)?;
+            swiglu_forward(gpu, &ws.g, &ws.u, &ws.m);
+        }
         let h = self.lora_h(gpu, l, &[Proj::Down], &ws.m)?;
         self.proj(gpu, w, l, Proj::Down, &ws.m, h[0].as_ref(), x, true)?;
         Ok(())

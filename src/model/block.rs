@@ -17,7 +17,7 @@ use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
 use crate::kernels::matmul::{
-    matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_many, matmul_nt_with, matmul_tn, Fused, Variant,
+    gate_up_swiglu_row, matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_many, matmul_nt_with, matmul_tn, Fused, Variant,
 };
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
@@ -74,6 +74,26 @@ pub fn lora_linear_forward_h(
 ) {
     let f = lora.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
     matmul_nt_with(gpu, Variant::of(gpu), x, &lin.w, lin.b.as_ref(), y, 1.0, beta, f);
+}
+
+/// m = silu(gate(x)) · up(x) for one row x in one dispatch ([`gate_up_swiglu_row`]: decoding's
+/// MLP, each linear with its LoRA term from h already computed, s its scale); false, having
+/// done nothing, where the device's kernels do not take it (the caller runs the two
+/// products and SwiGLU).
+pub fn gate_up_swiglu_h(
+    gpu: &Gpu,
+    x: &Tensor,
+    gate: (&Linear, Option<(&LoraPair, &Tensor)>),
+    up: (&Linear, Option<(&LoraPair, &Tensor)>),
+    s: f32,
+    m: &Tensor,
+) -> bool {
+    if gate.0.b.is_some() || up.0.b.is_some() {
+        return false;
+    }
+    let fg = gate.1.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
+    let fu = up.1.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
+    gate_up_swiglu_row(gpu, x, (&gate.0.w, fg), (&up.0.w, fu), m)
 }
 
 /// h = x·Aᵀ (N, r) for each LoRA pair of the projections that read x, in as few dispatches as

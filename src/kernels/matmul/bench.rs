@@ -209,3 +209,59 @@ fn gemv_gbps() {
         }
     })
 }
+
+/// Decoding's MLP up-projections at SmolLM2-135M's and Qwen2.5-0.5B's shapes (bf16, LoRA rank 8
+/// fused or not): gate, up and SwiGLU as three dispatches against [`gate_up_swiglu_row`]'s one,
+/// with each rows kernel chosen, best of 5 rounds through 20 copies of the weights:
+/// `cargo test --release --lib kernels::matmul::bench::swiglu -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn swiglu_row_ms() {
+    use crate::kernels::swiglu::swiglu_forward;
+    block_on(async {
+        let gpu = &test_gpu().await;
+        let mut rng = Rng::new(4);
+        let r = 8;
+        for (n, k) in [(1536, 576), (4864, 896)] {
+            let x = gpu.upload_f32(&rng.vec(k, 1.0), &[1, k], Category::Activations).unwrap();
+            let out: Vec<Tensor> =
+                (0..3).map(|_| gpu.zeros(&[1, n], DType::F32, Category::Activations).unwrap()).collect();
+            let (g, u, m) = (&out[0], &out[1], &out[2]);
+            let h = gpu.upload_f32(&rng.vec(r, 1.0), &[1, r], Category::Activations).unwrap();
+            let bl = gpu.upload_f32(&rng.vec(n * r, 0.1), &[n, r], Category::Activations).unwrap();
+            let host = rng.vec(n * k, 0.05);
+            let ws: Vec<(Tensor, Tensor)> = (0..10)
+                .map(|_| {
+                    let w = || gpu.upload_f32_as(&host, &[n, k], DType::BF16, Category::Weights).unwrap();
+                    (w(), w())
+                })
+                .collect();
+            for choice in choose::gemv_candidates(gpu).into_iter().filter(|c| matches!(c, Gemv::Rows(_))) {
+                gpu.set_choice(GEMV_CHOICE, Some(choice.name()));
+                for lora in [false, true] {
+                    let f = lora.then_some(Fused { left: &h, right: &bl, scale: 2.0 });
+                    let three = best_ms(gpu, ws.len(), || {
+                        for (wg, wu) in &ws {
+                            matmul_nt_with(gpu, Variant::Blocked, &x, wg, None, g, 1.0, 0.0, f);
+                            matmul_nt_with(gpu, Variant::Blocked, &x, wu, None, u, 1.0, 0.0, f);
+                            swiglu_forward(gpu, g, u, m);
+                        }
+                    })
+                    .await;
+                    let one = best_ms(gpu, ws.len(), || {
+                        for (wg, wu) in &ws {
+                            assert!(gate_up_swiglu_row(gpu, &x, (wg, f), (wu, f), m));
+                        }
+                    })
+                    .await;
+                    println!(
+                        "{n:5}x{k:5} {} {:10} three dispatches {three:7.3} ms, one {one:7.3} ms",
+                        if lora { "+lora" } else { "     " },
+                        choice.name()
+                    );
+                }
+            }
+            gpu.set_choice(GEMV_CHOICE, None);
+        }
+    })
+}

@@ -63,6 +63,18 @@ fn lora_b4(n: u32, t: u32) -> vec4<f32> {
 }
 ";
 
+/// [`NT_BINDINGS`] for a second fused term in one kernel: its h and B at bindings `first` and
+/// `first + 1`, read by `lora_h4{tag}` and `lora_b4{tag}`.
+pub(super) fn nt_bindings_second(first: u32, tag: &str) -> String {
+    NT_BINDINGS
+        .replace("binding(5) var<storage, read> lh:", &format!("binding({first}) var<storage, read> lh{tag}:"))
+        .replace("binding(6) var<storage, read> lb:", &format!("binding({}) var<storage, read> lb{tag}:", first + 1))
+        .replace("= lh[", &format!("= lh{tag}["))
+        .replace("= lb[", &format!("= lb{tag}["))
+        .replace("fn lora_h4(", &format!("fn lora_h4{tag}("))
+        .replace("fn lora_b4(", &format!("fn lora_b4{tag}("))
+}
+
 /// `nt`'s fused term for a `rows`×8 block at (m0, n0): acc += ls · h (rows, r) · B (8, r)ᵀ.
 pub(super) fn nt_epilogue(rows: usize) -> String {
     let mut s = String::from("    for (var t = 0u; t < p.rank; t += 4u) {\n");

@@ -180,6 +180,31 @@ pub fn matmul_nt_with(
     }
 }
 
+/// m (1, F) = silu(x·W_gateᵀ + s·h_g·B_gᵀ) · (x·W_upᵀ + s·h_u·B_uᵀ) in one dispatch, equal bit
+/// for bit to the two products and `swiglu_forward`, where x is one row (decoding's MLP), the
+/// device chose the rows one-row kernel and it takes these weights; returns false, having done
+/// nothing, otherwise. Each of `gate`, `up`: (W, its fused LoRA term).
+pub fn gate_up_swiglu_row(
+    gpu: &Gpu,
+    x: &Tensor,
+    gate: (&Tensor, Option<Fused>),
+    up: (&Tensor, Option<Fused>),
+    m: &Tensor,
+) -> bool {
+    let Some(gemv::Gemv::Rows(r)) = gemv::takes(x.rows()).then(|| gemv_choice(gpu)).flatten() else {
+        return false;
+    };
+    if !gemv::swiglu_takes(gpu, x, gate, up) {
+        return false;
+    }
+    check("gate_up_swiglu_row", gate.0.cols() == x.cols() && m.shape == [1, gate.0.rows()], || {
+        format!("x {:?} W {:?} m {:?}", x.shape, gate.0.shape, m.shape)
+    });
+    // Two weights' rows per invocation: half the rows of the one-row kernel chosen.
+    gemv::swiglu_rows(gpu, x, gate, up, m, (r / 2).max(4));
+    true
+}
+
 /// h_j = x·A_jᵀ for each (A_j, h_j) of `pairs`: LoRA's down-products of the projections that
 /// read one input (q, k, v; gate, up). Where x is one row (decoding), the device chose the
 /// one-row kernel and the A_j are f32 of one shape, one dispatch takes up to three of them,

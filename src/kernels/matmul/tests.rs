@@ -338,3 +338,51 @@ gpu_test!(async fn batched_lora_down_products_equal_their_own(gpu) {
     }
     gpu.set_choice(GEMV_CHOICE, None);
 });
+
+// Decoding's MLP in one dispatch: m = silu(gate) · up equals the two one-row products (with
+// their LoRA terms) and swiglu_forward bit for bit, for each rows kernel and weight dtype it
+// takes, r 0, 8 and 5; where the choice or the shape is not the rows kernel's, nothing is done.
+gpu_test!(async fn gate_up_swiglu_row_equals_its_three_dispatches(gpu) {
+    use crate::kernels::swiglu::swiglu_forward;
+    let mut rng = Rng::new(77);
+    let up = |rng: &mut Rng, n: usize, shape: &[usize]| gpu.upload_f32(&rng.vec(n, 1.0), shape, Category::Scratch).unwrap();
+    for choice in gemv_candidates(gpu).into_iter().filter(|g| matches!(g, Gemv::Rows(_))) {
+        gpu.set_choice(GEMV_CHOICE, Some(choice.name()));
+        for dtype in [DType::BF16, DType::F16, DType::Q8, DType::Q4] {
+            for (k, n, rank) in [(128, 37, 0), (192, 100, 8), (64, 9, 5)] {
+                let x = up(&mut rng, k, &[1, k]);
+                let w: Vec<Tensor> = (0..2)
+                    .map(|_| gpu.upload_f32_as(&rng.vec(n * k, 0.5), &[n, k], dtype, Category::Scratch).unwrap())
+                    .collect();
+                let hb: Vec<(Tensor, Tensor)> =
+                    (0..2).map(|_| (up(&mut rng, rank.max(1), &[1, rank.max(1)]), up(&mut rng, n * rank.max(1), &[n, rank.max(1)]))).collect();
+                let fused = |i: usize| (rank > 0).then(|| Fused { left: &hb[i].0, right: &hb[i].1, scale: 1.5 });
+                let zeros = || gpu.zeros(&[1, n], DType::F32, Category::Scratch).unwrap();
+                let (g, u, want, got) = (zeros(), zeros(), zeros(), zeros());
+                matmul_nt_with(gpu, Variant::Blocked, &x, &w[0], None, &g, 1.0, 0.0, fused(0));
+                matmul_nt_with(gpu, Variant::Blocked, &x, &w[1], None, &u, 1.0, 0.0, fused(1));
+                swiglu_forward(gpu, &g, &u, &want);
+                assert!(gate_up_swiglu_row(gpu, &x, (&w[0], fused(0)), (&w[1], fused(1)), &got), "{choice:?} {dtype:?}");
+                let (want, got) = (gpu.read_f32(&want).await.unwrap(), gpu.read_f32(&got).await.unwrap());
+                assert!(
+                    want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{choice:?} {dtype:?} k {k} n {n} r {rank}: {got:?} vs {want:?}"
+                );
+                assert!(want.iter().any(|&v| v != 0.0));
+            }
+        }
+        // K off the rows kernel's multiples, f32 weights: not taken.
+        let x = up(&mut rng, 52, &[1, 52]);
+        let w = gpu.upload_f32_as(&rng.vec(8 * 52, 1.0), &[8, 52], DType::BF16, Category::Scratch).unwrap();
+        let m = gpu.zeros(&[1, 8], DType::F32, Category::Scratch).unwrap();
+        assert!(!gate_up_swiglu_row(gpu, &x, (&w, None), (&w, None), &m));
+        let x = up(&mut rng, 64, &[1, 64]);
+        let w = up(&mut rng, 8 * 64, &[8, 64]);
+        assert!(!gate_up_swiglu_row(gpu, &x, (&w, None), (&w, None), &m));
+    }
+    let x = up(&mut rng, 64, &[1, 64]);
+    let w = gpu.upload_f32_as(&rng.vec(8 * 64, 1.0), &[8, 64], DType::BF16, Category::Scratch).unwrap();
+    let m = gpu.zeros(&[1, 8], DType::F32, Category::Scratch).unwrap();
+    gpu.set_choice(GEMV_CHOICE, None);
+    assert!(!gate_up_swiglu_row(gpu, &x, (&w, None), (&w, None), &m));
+});
