@@ -230,11 +230,27 @@ pub(super) fn nt(
     beta: f32,
     fused: Option<Fused>,
 ) {
+    nt_rows(gpu, a, b, bias, c, alpha, beta, fused, 8)
+}
+
+/// [`nt`] with up to `most` rows of C per invocation ([`super::Variant::Blocked16`]: 16).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn nt_rows(
+    gpu: &Gpu,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    fused: Option<Fused>,
+    most: usize,
+) {
     let (m, k, n) = (a.rows(), a.cols(), b.rows());
     let a_vec = k % 4 == 0;
     let b_vec = k % 4 == 0 || b.dtype.group_size().is_some();
     let (wx, wy) = lanes(m, n);
-    let rows = block_rows(m);
+    let rows = block_rows(m, most);
     let key = format!("matmul_nt/blocked{wx}x{wy}r{rows}/{}/{a_vec}/{b_vec}{}", b.dtype.name(), lora_key(fused));
     let pipeline = gpu.pipeline(&key, || {
         let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", a_vec);
@@ -283,6 +299,21 @@ pub(super) fn nt(
 /// C (M, N) = α · A (M, K) · B (K, N) + β · C, with B of any weight dtype (Q8/Q4 quantized
 /// along N, i.e. a (K, N) matrix quantized by its own rows).
 pub(super) fn nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta: f32, fused: Option<Fused>) {
+    nn_rows(gpu, a, b, c, alpha, beta, fused, 8)
+}
+
+/// [`nn`] with up to `most` rows of C per invocation ([`super::Variant::Blocked16`]: 16).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn nn_rows(
+    gpu: &Gpu,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f32,
+    beta: f32,
+    fused: Option<Fused>,
+    most: usize,
+) {
     let (m, k, n) = (a.rows(), a.cols(), b.cols());
     let a_vec = k % 4 == 0;
     let b_vec = match b.dtype {
@@ -291,7 +322,7 @@ pub(super) fn nn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
         DType::Q8 | DType::Q4 => true, // rows padded to whole groups
     };
     let (wx, wy) = lanes(m, n);
-    let rows = block_rows(m);
+    let rows = block_rows(m, most);
     let key = format!("matmul_nn/blocked{wx}x{wy}r{rows}/{}/{a_vec}/{b_vec}{}", b.dtype.name(), lora_key(fused));
     let pipeline = gpu.pipeline(&key, || {
         let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", a_vec);
@@ -389,10 +420,11 @@ fn lanes(m: usize, n: usize) -> (usize, usize) {
     }
 }
 
-/// Rows of C per invocation: 8, or the fewest power of two that covers M when M is smaller
-/// (decoding a token or a few: every row an invocation computes is a real one).
-fn block_rows(m: usize) -> usize {
-    m.clamp(1, 8).next_power_of_two()
+/// Rows of C per invocation: `most` (8; 16 for [`super::Variant::Blocked16`]), or the fewest
+/// power of two that covers M when M is smaller (decoding a token or a few: every row an
+/// invocation computes is a real one).
+fn block_rows(m: usize, most: usize) -> usize {
+    m.clamp(1, most).next_power_of_two()
 }
 
 /// Workgroups of `wx` × `wy` invocations, each a `rows`×8 block of C.

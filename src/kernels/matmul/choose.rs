@@ -75,10 +75,10 @@ pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
     out
 }
 
-/// Every variant this device can run for `nt` and `nn`, the register-blocked first (the tests
-/// check each against the references).
+/// Every variant this device can run for `nt` and `nn`, the register-blocked first, then its
+/// 16-row form (the tests check each against the references).
 pub fn runnable(gpu: &Gpu) -> Vec<Variant> {
-    let mut out = vec![Variant::Blocked];
+    let mut out = vec![Variant::Blocked, Variant::Blocked16];
     if let Some(sg) = fixed_subgroup(gpu) {
         for rows in [16, 8] {
             out.push(Variant::Shared { sg, shape: shared::Shape { rows, ..shared::Shape::DEFAULT } });

@@ -80,6 +80,10 @@ impl Params {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     Blocked,
+    /// The register-blocked kernels with 16 rows of C per invocation instead of 8 (each output
+    /// summed as [`Variant::Blocked`] sums it: the same results, bit for bit; more reuse of each
+    /// load, more registers).
+    Blocked16,
     /// Subgroup-shared A rows, with subgroups of this many invocations.
     Shared {
         sg: usize,
@@ -93,6 +97,7 @@ impl Variant {
     pub fn name(self) -> String {
         match self {
             Variant::Blocked => "blocked".into(),
+            Variant::Blocked16 => "blocked16".into(),
             Variant::Shared { sg, shape } => format!("{}/sg{sg}", shape.name()),
             Variant::Tiled(t) => t.name(),
         }
@@ -100,8 +105,10 @@ impl Variant {
 
     /// The variant a name stands for ([`Variant::name`]).
     pub fn parse(s: &str) -> Option<Variant> {
-        if s == "blocked" {
-            return Some(Variant::Blocked);
+        match s {
+            "blocked" => return Some(Variant::Blocked),
+            "blocked16" => return Some(Variant::Blocked16),
+            _ => {}
         }
         if let Some(t) = tiled::Tile::parse(s) {
             return Some(Variant::Tiled(t));
@@ -175,6 +182,7 @@ pub fn matmul_nt_with(
         // A thin product (LoRA's rank as M or N) has too few blocks for subgroups to share.
         _ if m <= 8 || n <= 8 => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
         Variant::Blocked => blocked::nt(gpu, a, b, bias, c, alpha, beta, lora),
+        Variant::Blocked16 => blocked::nt_rows(gpu, a, b, bias, c, alpha, beta, lora, 16),
         Variant::Shared { sg, shape } => shared::nt(gpu, a, b, bias, c, alpha, beta, lora, sg, shape),
         Variant::Tiled(t) => tiled::nt(gpu, a, b, bias, c, alpha, beta, lora, t),
     }
@@ -279,6 +287,7 @@ pub fn matmul_nn_with(
         }
         _ if m <= 8 || n <= 8 => blocked::nn(gpu, a, b, c, alpha, beta, lora),
         Variant::Blocked => blocked::nn(gpu, a, b, c, alpha, beta, lora),
+        Variant::Blocked16 => blocked::nn_rows(gpu, a, b, c, alpha, beta, lora, 16),
         Variant::Shared { sg, shape } => shared::nn(gpu, a, b, c, alpha, beta, lora, sg, shape),
         Variant::Tiled(t) => tiled::nn(gpu, a, b, c, alpha, beta, lora, t),
     }
