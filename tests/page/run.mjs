@@ -291,7 +291,9 @@ try {
     return n / (c.width * c.height);
   });
   ok('the memory graph is drawn', memPoints > STEPS && painted > 0.05, `${memPoints} timeline points, ${(painted * 100).toFixed(0)}% of the canvas painted`);
-  note(await text('#mem-note'));
+  const memNote = await text('#mem-note');
+  note(memNote);
+  ok("the memory note gives the last step's seconds by phase", /seconds by phase: \S+ [0-9.]+ s/.test(memNote), memNote.replace(/.*seconds by phase: /, '').split(' · ')[0]);
   const longTasks = [...longTrain1, ...(await page.evaluate(() => window.__longTasks)).slice(longBefore2)];
   const over200 = longTasks.filter((t) => t.ms > 200);
   note(`main-thread long tasks during training: ${longTasks.length} over 50 ms, ${over200.length} over 200 ms` +

@@ -98,10 +98,26 @@ export class LossChart {
   }
 }
 
+/**
+ * A step's seconds by kind of phase, as `webtune bench` prints them: the time between two samples
+ * of the timeline belongs to the later one's phase (its first word; lm_head's phases whole).
+ */
+export function secondsByPhase(tl: { phase: string; t_ms: number }[]): string {
+  const sums = new Map<string, number>();
+  for (let i = 1; i < tl.length; i++) {
+    const p = tl[i].phase;
+    const kind = p.startsWith('lm_head') ? p : p.split(' ')[0];
+    sums.set(kind, (sums.get(kind) ?? 0) + (tl[i].t_ms - tl[i - 1].t_ms) / 1000);
+  }
+  return [...sums].map(([k, s]) => `${k} ${s.toFixed(s < 10 ? 2 : 1)} s`).join(', ');
+}
+
 export class MemoryChart {
   private u: uPlot;
   private xs: number[] = [];
   private phases: string[] = [];
+  /** Seconds into its step of each point (NaN where the engine gave no timeline). */
+  private times: number[] = [];
   private own: Record<string, number[]> = Object.fromEntries(CATEGORIES.map((c) => [c, []]));
   private limits = { buffer: 0, binding: 0 };
   private toScale = false;
@@ -110,7 +126,7 @@ export class MemoryChart {
   constructor(private box: HTMLElement, private note: HTMLElement, private empty: HTMLElement) {
     const height = 240;
     const ink = css('--ink', '#1f2933');
-    const series: uPlot.Series[] = [{ label: 'phase', value: (_u, v, _si, i) => (v == null || i == null ? '' : `step ${Math.ceil(v)}, ${this.phases[i] ?? ''}`) }];
+    const series: uPlot.Series[] = [{ label: 'phase', value: (_u, v, _si, i) => (v == null || i == null ? '' : `step ${Math.ceil(v)}, ${this.phases[i] ?? ''}${Number.isFinite(this.times[i]) ? ` at ${this.times[i].toFixed(2)} s` : ''}`) }];
     // Drawn top of the stack first: series k holds the sum of categories up to k from the bottom.
     for (const c of [...CATEGORIES].reverse()) {
       series.push({
@@ -192,6 +208,7 @@ export class MemoryChart {
   clear(): void {
     this.xs = [];
     this.phases = [];
+    this.times = [];
     for (const c of CATEGORIES) this.own[c] = [];
     this.peak = 0;
     this.draw();
@@ -209,11 +226,13 @@ export class MemoryChart {
       // No timeline (e.g. an engine without one): one point per step from the categories' peaks.
       this.xs.push(step);
       this.phases.push('step');
+      this.times.push(NaN);
       for (const c of CATEGORIES) this.own[c].push(m.categories?.[c]?.peak ?? 0);
     }
     tl.forEach((s, i) => {
       this.xs.push(step - 1 + (tl.length === 1 ? 1 : Math.max(s.t_ms / end, i === 0 ? 0 : 1e-6)));
       this.phases.push(s.phase);
+      this.times.push(s.t_ms / 1000);
       for (const c of CATEGORIES) this.own[c].push(s.peak_by_category?.[c] ?? 0);
     });
     // Keep x increasing even if a timeline repeats a time.
@@ -223,6 +242,7 @@ export class MemoryChart {
     const lim = Math.min(this.limits.buffer || Infinity, this.limits.binding || Infinity);
     this.note.textContent =
       `Peak ${bytes(m.peak)} in this step (${tl.length} phases)` +
+      (tl.length > 1 ? `; seconds by phase: ${secondsByPhase(tl)}` : '') +
       (Number.isFinite(lim) ? ` · the device allows ${ibytes(this.limits.buffer)} per buffer and ${ibytes(this.limits.binding)} per binding` : '') +
       (m.wasmBytes ? ` · wasm memory ${bytes(m.wasmBytes)}` : '') +
       (m.stagedPeakBytes ? ` · at most ${bytes(m.stagedPeakBytes)} of stored weights in wasm memory at once` : '');
