@@ -186,13 +186,9 @@ fn gemv_gbps() {
                 for lora in [false, true] {
                     for c in &kernels {
                         let fused = lora.then_some(Fused { left: &h, right: &bl, scale: 2.0 });
-                        let run = |w: &Tensor| match c {
-                            None => blocked::nt(gpu, &x, w, None, &y, 1.0, 0.0, fused),
-                            Some(g) => gemv::run(gpu, *g, &x, w, None, &y, 1.0, 0.0, fused),
-                        };
                         let best = best_ms(gpu, ws.len(), || {
                             for w in &ws {
-                                run(w);
+                                gemv::run(gpu, *c, &x, w, None, &y, 1.0, 0.0, fused);
                             }
                         })
                         .await;

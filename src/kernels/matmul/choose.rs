@@ -243,9 +243,10 @@ pub async fn choose_thin(gpu: &Gpu, tokens: usize, dims: &[usize], r: usize, rep
 const STREAM_BYTES: usize = 64 << 20;
 
 /// Choose how one-row products (decoding) run on this device ([`GEMV_CHOICE`]): the
-/// register-blocked kernel or [`gemv`]'s subgroup kernel (where the device has subgroups of one
-/// size), the latter checked against the former on awkward shapes with `dtype` weights (with
-/// bias, β and a fused LoRA term), both timed at one token through W (n, k) for each (k, n)
+/// register-blocked kernel or one of [`gemv_candidates`] that takes `dtype` weights at every
+/// shape (the rows kernels; the subgroup kernel where the device has subgroups of one size),
+/// each checked against the register-blocked one on awkward shapes with `dtype` weights (with
+/// bias, β and a fused LoRA term), all timed at one token through W (n, k) for each (k, n)
 /// of `shapes`, each weight read from memory, not from cache ([`STREAM_BYTES`]).
 pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, reps: usize) -> Result<Vec<Measured>> {
     // Kernels that do not take these weights would only time the register-blocked one again.
@@ -273,10 +274,7 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
         for (x, w, bias, h, lb, rank, c0) in &checks {
             let fused = (*rank > 0).then_some(Fused { left: h, right: lb, scale: 2.0 });
             let y = gpu.upload_f32(c0, &[1, c0.len()], Category::Scratch)?;
-            match c {
-                Some(g) => gemv::run(gpu, g, x, w, Some(bias), &y, 0.75, 0.5, fused),
-                None => blocked::nt(gpu, x, w, Some(bias), &y, 0.75, 0.5, fused),
-            }
+            gemv::run(gpu, c, x, w, Some(bias), &y, 0.75, 0.5, fused);
             outs.push(y);
         }
         Ok(outs)
@@ -301,10 +299,7 @@ pub async fn choose_gemv(gpu: &Gpu, shapes: &[(usize, usize)], dtype: DType, rep
     }
     let run = |c: Option<Gemv>| {
         for (x, w, y) in &inputs {
-            match c {
-                Some(g) => gemv::run(gpu, g, x, w, None, y, 1.0, 0.0, None),
-                None => blocked::nt(gpu, x, w, None, y, 1.0, 0.0, None),
-            }
+            gemv::run(gpu, c, x, w, None, y, 1.0, 0.0, None);
         }
     };
     let mut out = Vec::new();

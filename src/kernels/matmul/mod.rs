@@ -172,7 +172,7 @@ pub fn matmul_nt_with(
     }
     // Decoding's one row: the one-row kernel the device chose, where it takes these weights.
     if let Some(g) = gemv::takes(m).then(|| gemv_choice(gpu)).flatten().filter(|g| g.takes(b.dtype, k)) {
-        return gemv::run(gpu, g, a, b, bias, c, alpha, beta, lora);
+        return gemv::run(gpu, Some(g), a, b, bias, c, alpha, beta, lora);
     }
     match v {
         // LoRA's h = x·Aᵀ: N = r, a long K split over a workgroup.
@@ -199,7 +199,8 @@ pub fn gate_up_swiglu_row(
     up: (&Tensor, Option<Fused>),
     m: &Tensor,
 ) -> bool {
-    let Some(gemv::Gemv::Rows(r)) = gemv::takes(x.rows()).then(|| gemv_choice(gpu)).flatten() else {
+    // swiglu_takes checks that x is one row.
+    let Some(gemv::Gemv::Rows(r)) = gemv_choice(gpu) else {
         return false;
     };
     if !gemv::swiglu_takes(gpu, x, gate, up) {

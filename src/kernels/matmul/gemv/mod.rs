@@ -1,7 +1,8 @@
 //! One row of A (decoding a token): y (1, N) = α · x (1, K) · Wᵀ + bias + β · y, W (N, K) of
-//! any weight dtype, with the fused LoRA term where given. The register-blocked kernel gives
-//! each invocation 8 outputs and the whole of K, so its lanes read 8 rows of W that lie K
-//! apart; here a workgroup is one subgroup that takes 8 rows of W and splits K among its
+//! any weight dtype, with the fused LoRA term where given, by one of the kernels of [`Gemv`]
+//! ([`run`]): the rows kernels ([`rows`]) or the subgroup kernel here. The register-blocked
+//! kernel gives each invocation 8 outputs and the whole of K, so its lanes read 8 rows of W
+//! that lie K apart; here a workgroup is one subgroup that takes 8 rows of W and splits K among its
 //! lanes (lane l reads values 8l..8l+8 of each row, then 8·SG on), so a subgroup's loads are
 //! one contiguous run of each row, and the 8 sums are added across the subgroup with
 //! `subgroupAdd` (on a CPU adapter: within one vector register). A workgroup takes `rb` such
@@ -66,11 +67,11 @@ impl Gemv {
 }
 
 /// y (1, N) = α · x (1, K) · Wᵀ + bias + β · y (+ the fused LoRA term) with kernel `g` where it
-/// takes the product, else with the register-blocked kernel.
+/// takes the product, else (and for None) with the register-blocked kernel.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     gpu: &Gpu,
-    g: Gemv,
+    g: Option<Gemv>,
     a: &Tensor,
     b: &Tensor,
     bias: Option<&Tensor>,
@@ -80,9 +81,9 @@ pub(super) fn run(
     fused: Option<Fused>,
 ) {
     match g {
-        Gemv::Subgroup { sg, rb } => nt(gpu, a, b, bias, c, alpha, beta, fused, sg, rb),
-        Gemv::Rows(r) if rows_take(b.dtype, a.cols()) => nt_rows(gpu, a, b, bias, c, alpha, beta, fused, r),
-        Gemv::Rows(_) => super::blocked::nt(gpu, a, b, bias, c, alpha, beta, fused),
+        Some(Gemv::Subgroup { sg, rb }) => nt(gpu, a, b, bias, c, alpha, beta, fused, sg, rb),
+        Some(Gemv::Rows(r)) if rows_take(b.dtype, a.cols()) => nt_rows(gpu, a, b, bias, c, alpha, beta, fused, r),
+        _ => super::blocked::nt(gpu, a, b, bias, c, alpha, beta, fused),
     }
 }
 
@@ -167,15 +168,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     s
 }
 
+/// The WGSL that adds row n's fused LoRA term, ls · h · B[n]ᵀ, to `acc`, its factors read by the
+/// loaders `h4` and `b4` (`lora_h4`, `lora_b4`, or a second term's).
+fn lora_term(h4: &str, b4: &str) -> String {
+    format!("            for (var t = 0u; t < p.rank; t += 4u) {{ acc += dot(p.ls * {h4}(0u, t), {b4}(n, t)); }}\n")
+}
+
 /// The WGSL that stores row n0 + j of y from its sum `v[j]`: the fused LoRA term (the same
 /// sum, in the same order, as `lora::nt_epilogue` adds into a register-blocked kernel's
 /// accumulators), α, the bias and β · y.
 fn store(fused: bool) -> String {
-    let lora_term = if fused {
-        "            for (var t = 0u; t < p.rank; t += 4u) { acc += dot(p.ls * lora_h4(0u, t), lora_b4(n, t)); }\n"
-    } else {
-        ""
-    };
+    let lora_term = if fused { lora_term("lora_h4", "lora_b4") } else { String::new() };
     format!(
         "        let n = n0 + j;
         if (n < p.N) {{

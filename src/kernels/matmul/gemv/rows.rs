@@ -5,7 +5,7 @@
 //! the MLP's gate and up products with SwiGLU in one dispatch ([`swiglu_rows`]).
 
 use super::super::lora::{self, Fused};
-use super::{params, store, takes, PARAMS};
+use super::{lora_term, params, store, takes, PARAMS};
 use crate::gpu::{DType, Gpu, Tensor};
 use crate::kernels::unpack_fns;
 
@@ -155,15 +155,7 @@ fn source_swiglu(dtype: DType, fused: bool, rows: usize, wg: usize) -> String {
         s += &format!("    v[{j}] = acc{j};\n    vu[{j}] = accu{j};\n");
     }
     // As the one-row products store gate and up (α = 1, no bias, β = 0), then as swiglu_forward.
-    let lora = |h: &str, b: &str| {
-        if fused {
-            format!(
-                "            for (var t = 0u; t < p.rank; t += 4u) {{ acc += dot(p.ls * {h}(0u, t), {b}(n, t)); }}\n"
-            )
-        } else {
-            String::new()
-        }
-    };
+    let lora = |h: &str, b: &str| if fused { lora_term(h, b) } else { String::new() };
     s += &format!(
         "    for (var j = 0u; j < {rows}u; j++) {{
         let n = n0 + j;
