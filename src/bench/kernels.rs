@@ -122,7 +122,7 @@ pub async fn bench_ops(
     reps: usize,
 ) -> Result<Vec<KernelTiming>> {
     use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
-    use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, VocabTable};
+    use crate::kernels::cross_entropy::{lm_head_ce_forward, lm_head_ce_forward_backward, VocabTable};
     use futures_util::FutureExt;
     let mut rng = Rng::new(11);
     let mut out = Vec::new();
@@ -231,7 +231,8 @@ pub async fn bench_ops(
         flops: cflops,
     });
     let ms = time_it(gpu, 1, || {
-        let run = lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse2, &dx, 0.0, 1024).now_or_never();
+        let run = lm_head_ce_forward_backward(gpu, &x, &table, &targets, inv, &lse2, &loss, &dx, 0.0, 1024)
+            .now_or_never();
         if let Some(Err(e)) = run {
             err = Some(e);
         }
@@ -242,7 +243,7 @@ pub async fn bench_ops(
     }
     out.push(KernelTiming {
         shape: name.into(),
-        kernel: "lm_head + CE backward".into(),
+        kernel: "lm_head + CE forward+backward".into(),
         dims: format!("{tokens}x{c}x{}", cfg.vocab),
         ms,
         gflops: 2.0 * cflops / ms / 1e6,

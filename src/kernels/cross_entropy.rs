@@ -3,16 +3,19 @@
 //! The vocab table E (V, C) comes split by rows into chunks (the weight store's own chunks; a tied
 //! model passes the embedding's). Positions are taken in token chunks of at most `token_chunk` rows.
 //! For each (token chunk, vocab chunk) pair the logits block x_chunk·E_chunkᵀ is made with
-//! [`matmul_nt`] into one scratch of at most `token_chunk × chunk_rows` floats, then:
+//! [`matmul_nt`] into one scratch of at most `token_chunk × chunk_rows` floats, then an online
+//! log-sum-exp folds the block into each row's running (max, sum) and picks the target's logit;
+//! after the last vocab chunk it writes lse and the row's loss term, and one small kernel sums
+//! the terms into `loss[0]` ([`lm_head_ce_forward`]).
 //!
-//! - forward: an online log-sum-exp folds the block into each row's running (max, sum) and picks the
-//!   target's logit; after the last vocab chunk it writes lse and the row's loss term, and one small
-//!   kernel sums the terms into `loss[0]`.
-//! - backward: the block is recomputed, turned in place into dlogits = (softmax − onehot)·inv_count
-//!   using the saved lse, and [`matmul_nn`] accumulates dlogits·E_chunk into dx.
-//!
-//! Forward saves only lse (N) for backward: with it softmax = exp(logit − lse) is one exp per logit,
-//! so backward needs no second reduction pass.
+//! The backward comes in the same pass ([`lm_head_ce_forward_backward`]), as flash attention
+//! makes its output: dx = (softmax − onehot(target))·E·inv_count = (Σ_v exp(l_v − max)·E_v / sum
+//! − E[target])·inv_count, so the log-sum-exp kernel leaves p = exp(l − max) in the block (with
+//! the running max), [`matmul_nn`] adds p·E_chunk to a running (tokens, C) sum after rescaling
+//! its rows by exp(old max − new max), each target's row of E is gathered from the chunk that
+//! holds it, and after the last chunk one kernel divides by the sum and subtracts. Each logits
+//! block is made once, not again for the backward (and a streamed table is read once per step,
+//! not twice).
 //!
 //! Sizes: with the defaults ([`DEFAULT_CHUNK_ROWS`] = 8192, [`DEFAULT_TOKEN_CHUNK`] = 1024) the
 //! logits scratch is at most 32 MiB, under every device's 128 MiB binding limit, and N ≤ 1024 takes
@@ -20,13 +23,14 @@
 //! bound: it is lowered if the scratch would not fit one storage binding.
 
 use crate::gpu::{Category, DType, Gpu, GpuError, Tensor};
+use crate::kernels::embedding::embedding_chunk;
 use crate::kernels::matmul::{matmul_nn, matmul_nt};
 use crate::kernels::render;
 use futures_util::future::LocalBoxFuture;
 
 const LSE: &str = include_str!("cross_entropy_lse.wgsl");
 const SUM: &str = include_str!("cross_entropy_sum.wgsl");
-const DLOGITS: &str = include_str!("cross_entropy_dlogits.wgsl");
+const DX: &str = include_str!("cross_entropy_dx.wgsl");
 const ROWS: &str = include_str!("cross_entropy_rows.wgsl");
 
 /// Rows per vocab chunk the weight store should cut the output table into.
@@ -103,13 +107,13 @@ struct LseParams {
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct DlogitsParams {
-    rows: u32,
+struct DxParams {
+    n: u32,
     cols: u32,
-    col0: u32,
     row0: u32,
     vocab: u32,
     inv_count: f32,
+    finish: u32,
     _p0: u32,
     _p1: u32,
 }
@@ -178,7 +182,7 @@ fn view(t: &Tensor, shape: &[usize]) -> Tensor {
 /// - targets: (N) i32 (uploaded with `gpu.upload_u32` of the bit pattern), already shifted; ids
 ///   outside [0, V) (−100, or unvalidated ones) are ignored.
 /// - inv_count: 1 / number of non-ignored positions, from the caller (pass 0 when there are none).
-/// - lse: (N) f32, written (saved for backward). loss: (1) f32, written.
+/// - lse: (N) f32, written. loss: (1) f32, written.
 /// - token_chunk: upper bound on tokens per chunk ([`DEFAULT_TOKEN_CHUNK`]); the logits scratch
 ///   is at most token_chunk × chunk_rows floats.
 ///
@@ -194,21 +198,101 @@ pub async fn lm_head_ce_forward(
     loss: &Tensor,
     token_chunk: usize,
 ) -> Result<(), GpuError> {
+    one_pass(gpu, x, table, targets, inv_count, lse, loss, None, token_chunk).await
+}
+
+/// [`lm_head_ce_forward`] (the same lse and loss, bit for bit) and, in the same pass over the
+/// table, dx = beta·dx + dlogits·E with dlogits = (softmax − onehot(target))·inv_count (0 for
+/// ignored rows); dx: (N, C) f32 (not read when beta = 0).
+#[allow(clippy::too_many_arguments)]
+pub async fn lm_head_ce_forward_backward(
+    gpu: &Gpu,
+    x: &Tensor,
+    table: &VocabTable<'_>,
+    targets: &Tensor,
+    inv_count: f32,
+    lse: &Tensor,
+    loss: &Tensor,
+    dx: &Tensor,
+    beta: f32,
+    token_chunk: usize,
+) -> Result<(), GpuError> {
+    one_pass(gpu, x, table, targets, inv_count, lse, loss, Some((dx, beta)), token_chunk).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_pass(
+    gpu: &Gpu,
+    x: &Tensor,
+    table: &VocabTable<'_>,
+    targets: &Tensor,
+    inv_count: f32,
+    lse: &Tensor,
+    loss: &Tensor,
+    dx: Option<(&Tensor, f32)>,
+    token_chunk: usize,
+) -> Result<(), GpuError> {
     let pl = plan(gpu, x, table, targets, lse, token_chunk);
-    assert!(loss.numel() >= 1 && loss.dtype == DType::F32, "lm_head_ce_forward: loss {:?}", loss.shape);
+    assert!(loss.numel() >= 1 && loss.dtype == DType::F32, "lm_head_ce: loss {:?}", loss.shape);
+    if let Some((dx, _)) = dx {
+        assert!(
+            dx.dtype == DType::F32 && dx.rows() == pl.n && dx.cols() == pl.c,
+            "lm_head_ce: dx {:?} for x {:?}",
+            dx.shape,
+            x.shape
+        );
+    }
     if pl.n == 0 {
         gpu.write_f32(loss, &[0.0]);
         return Ok(());
     }
     let logits = gpu.zeros(&[pl.tc, pl.max_rows], DType::F32, Category::Scratch)?; // (tc, chunk_rows)
     let state = gpu.zeros(&[pl.tc, 4], DType::F32, Category::Scratch)?; // (tc, 4): max, sum, target logit
+    let factor = gpu.zeros(&[pl.tc], DType::F32, Category::Scratch)?; // (tc): rescale of the running Σ p·E
     let row_loss = gpu.zeros(&[pl.n], DType::F32, Category::Scratch)?; // (N)
-    let xbuf = if pl.tc < pl.n { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
+    let chunked = pl.tc < pl.n;
+    let xbuf = if chunked { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
+    // The backward's running sum: dx itself when there is one token chunk and nothing to add to,
+    // else a (tc, C) scratch added into dx after each token chunk; and E[target] (tc, C).
+    let (acc_buf, et) = match dx {
+        Some((_, beta)) => {
+            let acc = if chunked || beta != 0.0 {
+                Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?)
+            } else {
+                None
+            };
+            (acc, Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?))
+        }
+        None => (None, None),
+    };
     let pipeline = gpu.pipeline("cross_entropy_lse", || LSE.to_string());
+    let w = if pl.c % 4 == 0 { 4 } else { 1 };
+    let dx_pipeline = gpu.pipeline(&format!("cross_entropy_dx/{w}"), || {
+        render(DX, &[("ELEM", if w == 4 { "vec4<f32>" } else { "f32" }.into())])
+    });
     let last = table.count() - 1;
     for t0 in (0..pl.n).step_by(pl.tc) {
         let nt = pl.tc.min(pl.n - t0);
         let xc = token_rows(gpu, x, xbuf.as_ref(), t0, nt, pl.c);
+        let acc = dx.map(|(dx, _)| match &acc_buf {
+            Some(b) => view(b, &[nt, pl.c]),
+            None => view(dx, &[pl.n, pl.c]),
+        });
+        let et = et.as_ref().map(|e| view(e, &[nt, pl.c]));
+        let dx_step = |acc: &Tensor, et: &Tensor, finish: bool| {
+            let p = DxParams {
+                n: (nt * pl.c / w) as u32,
+                cols: (pl.c / w) as u32,
+                row0: t0 as u32,
+                vocab: table.vocab as u32,
+                inv_count,
+                finish: finish as u32,
+                _p0: 0,
+                _p1: 0,
+            };
+            let groups = crate::gpu::groups((nt * pl.c / w).div_ceil(64) as u32);
+            gpu.dispatch(&dx_pipeline, bytemuck::bytes_of(&p), &[acc, &factor, &state, targets, et], groups);
+        };
         let mut v0 = 0;
         for i in 0..table.count() {
             let e = table.get(i).await?;
@@ -229,90 +313,28 @@ pub async fn lm_head_ce_forward(
             gpu.dispatch(
                 &pipeline,
                 bytemuck::bytes_of(&p),
-                &[&block, targets, &state, lse, &row_loss],
-                (nt as u32, 1, 1),
+                &[&block, targets, &state, lse, &row_loss, &factor],
+                crate::gpu::groups(nt as u32),
             );
+            if let (Some(acc), Some(et)) = (&acc, &et) {
+                if i > 0 {
+                    dx_step(acc, et, false);
+                }
+                embedding_chunk(gpu, e, v0, i == last, targets, t0, et);
+                matmul_nn(gpu, &block, e, acc, 1.0, if i == 0 { 0.0 } else { 1.0 });
+            }
             v0 += rv;
+        }
+        if let (Some(acc), Some(et), Some((dx, beta))) = (&acc, &et, dx) {
+            dx_step(acc, et, true);
+            if acc_buf.is_some() {
+                copy_rows(gpu, acc, 0, dx, t0, nt, pl.c, beta);
+            }
         }
     }
     let pipeline = gpu.pipeline("cross_entropy_sum", || SUM.to_string());
     let p = [pl.n as u32, 0, 0, 0];
     gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[&row_loss, loss], (1, 1, 1));
-    Ok(())
-}
-
-/// dx = beta·dx + Σ_chunks dlogits·E_chunk, with dlogits = (softmax − onehot(target))·inv_count
-/// (0 for ignored rows), recomputing each logits block from x and the forward's lse (N).
-/// Same arguments, chunking and scratch bound as [`lm_head_ce_forward`]; dx: (N, C) f32
-/// (not read when beta = 0).
-#[allow(clippy::too_many_arguments)]
-pub async fn lm_head_ce_backward(
-    gpu: &Gpu,
-    x: &Tensor,
-    table: &VocabTable<'_>,
-    targets: &Tensor,
-    inv_count: f32,
-    lse: &Tensor,
-    dx: &Tensor,
-    beta: f32,
-    token_chunk: usize,
-) -> Result<(), GpuError> {
-    let pl = plan(gpu, x, table, targets, lse, token_chunk);
-    assert!(
-        dx.dtype == DType::F32 && dx.rows() == pl.n && dx.cols() == pl.c,
-        "lm_head_ce_backward: dx {:?} for x {:?}",
-        dx.shape,
-        x.shape
-    );
-    if pl.n == 0 {
-        return Ok(());
-    }
-    let logits = gpu.zeros(&[pl.tc, pl.max_rows], DType::F32, Category::Scratch)?; // (tc, chunk_rows)
-    let chunked = pl.tc < pl.n;
-    let xbuf = if chunked { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
-    let dxbuf = if chunked { Some(gpu.zeros(&[pl.tc, pl.c], DType::F32, Category::Scratch)?) } else { None };
-    let pipeline = gpu.pipeline("cross_entropy_dlogits", || DLOGITS.to_string());
-    for t0 in (0..pl.n).step_by(pl.tc) {
-        let nt = pl.tc.min(pl.n - t0);
-        let xc = token_rows(gpu, x, xbuf.as_ref(), t0, nt, pl.c);
-        // One token chunk: accumulate straight into dx. Several: into a (nt, C) scratch, added after.
-        let dxc = match &dxbuf {
-            Some(b) => view(b, &[nt, pl.c]),
-            None => view(dx, &[pl.n, pl.c]),
-        };
-        let mut v0 = 0;
-        for i in 0..table.count() {
-            let e = table.get(i).await?;
-            let e = &e;
-            let rv = e.rows();
-            let block = view(&logits, &[nt, rv]);
-            matmul_nt(gpu, &xc, e, None, &block, 1.0, 0.0);
-            let p = DlogitsParams {
-                rows: nt as u32,
-                cols: rv as u32,
-                col0: v0 as u32,
-                row0: t0 as u32,
-                vocab: table.vocab as u32,
-                inv_count,
-                _p0: 0,
-                _p1: 0,
-            };
-            let groups = (nt * rv.div_ceil(4)).div_ceil(64) as u32;
-            gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[&block, targets, lse], (groups, 1, 1));
-            let b = if i > 0 {
-                1.0
-            } else if chunked {
-                0.0
-            } else {
-                beta
-            };
-            matmul_nn(gpu, &block, e, &dxc, 1.0, b);
-            v0 += rv;
-        }
-        if chunked {
-            copy_rows(gpu, &dxc, 0, dx, t0, nt, pl.c, beta);
-        }
-    }
     Ok(())
 }
 
@@ -466,7 +488,8 @@ mod tests {
         gpu.upload_u32(&bits, &[targets.len()], Category::Activations).unwrap()
     }
 
-    /// Run forward, then backward with `beta` onto `dx0`; return (lse, loss, dx).
+    /// Run the forward alone, then forward and backward in one pass with `beta` onto `dx0`
+    /// (checking that it gives the forward's lse and loss bit for bit); return (lse, loss, dx).
     async fn run(
         gpu: &Gpu,
         case: &Case,
@@ -484,9 +507,18 @@ mod tests {
         let loss = gpu.upload_f32(&[f32::NAN], &[1], Category::Activations).unwrap();
         let dx = gpu.upload_f32(dx0, &[case.n, case.c], Category::Activations).unwrap();
         lm_head_ce_forward(gpu, &x, &table, &targets, case.inv_count, &lse, &loss, token_chunk).await.unwrap();
-        lm_head_ce_backward(gpu, &x, &table, &targets, case.inv_count, &lse, &dx, beta, token_chunk).await.unwrap();
+        let lse1 = gpu.read_f32(&lse).await.unwrap();
+        let loss1 = gpu.read_f32(&loss).await.unwrap()[0];
+        gpu.write_f32(&lse, &vec![f32::NAN; case.n]);
+        gpu.write_f32(&loss, &[f32::NAN]);
+        lm_head_ce_forward_backward(gpu, &x, &table, &targets, case.inv_count, &lse, &loss, &dx, beta, token_chunk)
+            .await
+            .unwrap();
         let lse = gpu.read_f32(&lse).await.unwrap();
         let loss = gpu.read_f32(&loss).await.unwrap()[0];
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&lse), bits(&lse1), "lse of the one pass and of the forward alone");
+        assert_eq!(loss.to_bits(), loss1.to_bits(), "loss of the one pass and of the forward alone");
         let dx = gpu.read_f32(&dx).await.unwrap();
         (lse, loss, dx)
     }
@@ -578,7 +610,7 @@ mod tests {
         assert_close("dx vs finite differences", &dx, &fd, 1e-6, 1e-5);
     });
 
-    /// forward + backward at SmolLM2-135M's lm_head: N=256, C=576, V=49152 bf16 in chunks of 8192.
+    /// forward, and forward + backward, at SmolLM2-135M's lm_head: N=256, C=576, V=49152 bf16 in chunks of 8192.
     #[cfg(not(target_arch = "wasm32"))]
     #[test]
     #[ignore]
@@ -607,15 +639,16 @@ mod tests {
                 lm_head_ce_forward(gpu, &x, &table, &targets, inv, &lse, &loss, DEFAULT_TOKEN_CHUNK).await.unwrap();
                 gpu.sync().await.unwrap();
                 let t1 = now_ms();
-                lm_head_ce_backward(gpu, &x, &table, &targets, inv, &lse, &dx, 0.0, DEFAULT_TOKEN_CHUNK).await.unwrap();
+                lm_head_ce_forward_backward(gpu, &x, &table, &targets, inv, &lse, &loss, &dx, 0.0, DEFAULT_TOKEN_CHUNK)
+                    .await
+                    .unwrap();
                 gpu.sync().await.unwrap();
                 let t2 = now_ms();
                 let l = gpu.read_f32(&loss).await.unwrap()[0];
                 println!(
-                    "round {round}: forward {:.0} ms, backward {:.0} ms, total {:.0} ms (loss {l:.4})",
+                    "round {round}: forward {:.0} ms, forward + backward {:.0} ms (loss {l:.4})",
                     t1 - t0,
                     t2 - t1,
-                    t2 - t0
                 );
             }
             // The matmuls alone, to see what the loss kernels add.

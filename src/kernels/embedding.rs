@@ -21,6 +21,9 @@ struct Params {
     groups: u32,
     /// quantized table: word offset of the group parameters (rows · ldw)
     qoff: u32,
+    /// the id of out's row n is ids[id0 + n]
+    id0: u32,
+    _p: [u32; 3],
 }
 
 /// WGSL `load4(r, c0)` (4 columns of chunk row r from c0, zero past C) and the table's element type.
@@ -104,10 +107,33 @@ pub fn embedding_forward(gpu: &Gpu, table: &[Tensor], chunk_rows: usize, ids: &T
         out.shape,
         out.dtype
     );
-    let groups = c.div_ceil(4);
     if n == 0 || c == 0 {
         return;
     }
+    for (i, chunk) in table.iter().enumerate() {
+        embedding_chunk(gpu, chunk, i * chunk_rows, i == last, ids, 0, out);
+    }
+}
+
+/// The rows of out (n, C) f32 whose id, ids[id0 + n] (ids u32, or i32 targets by their bits),
+/// falls in `chunk`, the table's rows start.. (any weight dtype): that row of the chunk. With
+/// `last` (the table's last chunk), ids past the chunk give zero rows; other rows are left
+/// alone. [`embedding_forward`] is this over every chunk; the one-pass lm_head backward uses it
+/// to gather its targets' rows from each vocab chunk as it comes.
+pub fn embedding_chunk(gpu: &Gpu, chunk: &Tensor, start: usize, last: bool, ids: &Tensor, id0: usize, out: &Tensor) {
+    let (n, c) = (out.rows(), out.cols());
+    assert!(
+        chunk.cols() == c && ids.numel() >= id0 + n && out.dtype == DType::F32,
+        "embedding_chunk: chunk {:?}, ids {:?} from {id0}, out {:?} {:?}",
+        chunk.shape,
+        ids.shape,
+        out.shape,
+        out.dtype
+    );
+    if n == 0 || c == 0 {
+        return;
+    }
+    let dtype = chunk.dtype;
     let aligned = c % 4 == 0;
     let pipeline = gpu.pipeline(&format!("embedding/{}/{aligned}", dtype.name()), || {
         let (load, tb) = load4(dtype, aligned);
@@ -123,21 +149,22 @@ pub fn embedding_forward(gpu: &Gpu, table: &[Tensor], chunk_rows: usize, ids: &T
             ],
         )
     });
+    let groups = c.div_ceil(4);
     let ldw = dtype.row_words(c);
+    let p = Params {
+        n: n as u32,
+        c: c as u32,
+        ldw: ldw as u32,
+        start: start as u32,
+        rows: chunk.rows() as u32,
+        zero_oob: last as u32,
+        groups: groups as u32,
+        qoff: (chunk.rows() * ldw) as u32,
+        id0: id0 as u32,
+        _p: [0; 3],
+    };
     let wgs = (n * groups).div_ceil(64) as u32;
-    for (i, chunk) in table.iter().enumerate() {
-        let p = Params {
-            n: n as u32,
-            c: c as u32,
-            ldw: ldw as u32,
-            start: (i * chunk_rows) as u32,
-            rows: chunk.rows() as u32,
-            zero_oob: (i == last) as u32,
-            groups: groups as u32,
-            qoff: (chunk.rows() * ldw) as u32,
-        };
-        gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[ids, chunk, out], (wgs, 1, 1));
-    }
+    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[ids, chunk, out], (wgs, 1, 1));
 }
 
 /// f64 reference.

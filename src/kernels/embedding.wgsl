@@ -11,6 +11,8 @@ struct Params {
     zero_oob: u32,  // 1 in the last chunk: ids ≥ start + rows give zeros
     groups: u32,    // ceil(C / 4)
     qoff: u32,      // quantized table: word offset of the (scale, offset) words, rows · ldw
+    id0: u32,       // the id of out's row n is ids[id0 + n]
+    _p0: u32, _p1: u32, _p2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;            // ids: (N)
@@ -29,7 +31,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (idx >= p.n * p.groups) { return; }
     let tok = idx / p.groups;
     let c0 = (idx % p.groups) * 4u;
-    let id = ids[tok];
+    let id = ids[p.id0 + tok];
     if (id < p.start) { return; }
     let r = id - p.start;
     if (r >= p.rows) {

@@ -19,7 +19,7 @@ use crate::base::error::{Error, Result};
 use crate::formats::batch::Batch;
 use crate::gpu::{Category, Gpu, Tensor};
 use crate::kernels::attention::AttnShape;
-use crate::kernels::cross_entropy::{lm_head_ce_backward, lm_head_ce_forward, LoadChunk};
+use crate::kernels::cross_entropy::{lm_head_ce_forward, lm_head_ce_forward_backward, LoadChunk};
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_table, RopeTable};
 use block::{block_backward, block_forward_keep, block_forward_lean, BlockCtx, Mode, Saved};
@@ -208,28 +208,40 @@ impl Model {
         let loss_t = gpu.zeros(&[1], DType::F32, Category::Scratch)?;
         let load: &LoadChunk = &|i| self.output_chunk(gpu, i);
         let table = self.vocab_table(load);
-        lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK).await?;
-        let first = grads.is_some().then(|| self.table_step(true, 0));
-        self.phase_then(gpu, || "lm_head forward".into(), first).await?;
         let Some(mut grads) = grads else {
+            lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK).await?;
+            self.phase_then(gpu, || "lm_head forward".into(), None).await?;
             return Ok(gpu.read_f32(&loss_t).await?[0]);
         };
-        // A loss that is not finite ends the step here: no backward, no update (the trainer
-        // skips it). The GPU is idle after the phase, so this read costs one small copy.
-        let loss = gpu.read_f32(&loss_t).await?[0];
-        if !loss.is_finite() {
-            return Ok(loss);
-        }
-
-        // Backward.
+        // The loss and its gradient at the final norm's output in one pass over the table.
         let dxf = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
-        lm_head_ce_backward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &dxf, 0.0, CE_TOKEN_CHUNK).await?;
+        lm_head_ce_forward_backward(
+            gpu,
+            &xf,
+            &table,
+            &input.targets,
+            input.inv_count,
+            &lse,
+            &loss_t,
+            &dxf,
+            0.0,
+            CE_TOKEN_CHUNK,
+        )
+        .await?;
         drop((xf, lse));
         let mut dx = gpu.zeros(&[n, cfg.hidden], DType::F32, Category::Activations)?;
         rmsnorm_backward(gpu, &dxf, &x, &self.weights.norm, &rstd, &dx, 0.0);
         drop((dxf, rstd, x));
         let last = cfg.layers.checked_sub(1).map(LoadStep::Layer);
-        self.phase_then(gpu, || "lm_head backward".into(), last).await?;
+        self.phase_then(gpu, || "lm_head".into(), last).await?;
+        // A loss that is not finite ends the step here: no block backward, no update (the
+        // trainer skips it). The GPU is idle after the phase, so this read costs one small copy.
+        let loss = gpu.read_f32(&loss_t).await?[0];
+        if !loss.is_finite() {
+            return Ok(loss);
+        }
+
+        // Backward through the blocks.
         for i in (0..cfg.layers).rev() {
             let xin = checkpoints.pop().ok_or_else(|| Error::msg("missing checkpoint"))?;
             let sv = saved.pop().flatten();
