@@ -282,7 +282,7 @@ pub(super) fn nt_rows(
                 ("ACC_DECL", acc_decl(rows)),
                 ("LOOP", loop_nt(b.dtype, rows, &own_a_rows(rows))),
                 ("LORA_BINDINGS", if fused.is_some() { lora::NT_BINDINGS.into() } else { String::new() }),
-                ("LORA", if fused.is_some() { lora::nt_epilogue(rows) } else { String::new() }),
+                ("LORA", if fused.is_some() { lora::nt_epilogue(rows, None) } else { String::new() }),
                 ("STORE", store_rows(rows)),
             ],
         )
@@ -350,7 +350,7 @@ pub(super) fn nn_rows(
                 ("ACC_DECL", acc_decl(rows)),
                 ("BODY", body_nn(rows, &own_a_rows(rows))),
                 ("LORA_BINDINGS", if fused.is_some() { lora::NN_BINDINGS.into() } else { String::new() }),
-                ("LORA", if fused.is_some() { lora::nn_epilogue(rows) } else { String::new() }),
+                ("LORA", if fused.is_some() { lora::nn_epilogue(rows, None) } else { String::new() }),
                 ("STORE", store_rows(rows)),
             ],
         )

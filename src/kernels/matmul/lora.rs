@@ -47,18 +47,23 @@ pub(super) fn dispatch(
 }
 
 /// Bindings and loaders of `nt`'s fused term: `lh` (M, r) and `lb` (N, r), after C at binding 4.
+/// A whole run of 4 is four plain loads (the branch is uniform): the per-element bounds checks
+/// and the dynamic index into a vector that the tail needs cost the fused term half its time on
+/// lavapipe.
 pub(super) const NT_BINDINGS: &str = "@group(0) @binding(5) var<storage, read> lh: array<f32>;   // h: (M, r)
 @group(0) @binding(6) var<storage, read> lb: array<f32>;   // LoRA B: (N, r)
 fn lora_h4(m: u32, t: u32) -> vec4<f32> {
-    let base = min(m, p.M - 1u) * p.rank;
+    let base = min(m, p.M - 1u) * p.rank + t;
+    if (t + 4u <= p.rank) { return vec4<f32>(lh[base], lh[base + 1u], lh[base + 2u], lh[base + 3u]); }
     var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) { if (t + j < p.rank) { v[j] = lh[base + t + j]; } }
+    for (var j = 0u; j < 4u; j++) { if (t + j < p.rank) { v[j] = lh[base + j]; } }
     return v;
 }
 fn lora_b4(n: u32, t: u32) -> vec4<f32> {
-    let base = min(n, p.N - 1u) * p.rank;
+    let base = min(n, p.N - 1u) * p.rank + t;
+    if (t + 4u <= p.rank) { return vec4<f32>(lb[base], lb[base + 1u], lb[base + 2u], lb[base + 3u]); }
     var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) { if (t + j < p.rank) { v[j] = lb[base + t + j]; } }
+    for (var j = 0u; j < 4u; j++) { if (t + j < p.rank) { v[j] = lb[base + j]; } }
     return v;
 }
 ";
@@ -69,20 +74,32 @@ pub(super) fn nt_bindings_second(first: u32, tag: &str) -> String {
     NT_BINDINGS
         .replace("binding(5) var<storage, read> lh:", &format!("binding({first}) var<storage, read> lh{tag}:"))
         .replace("binding(6) var<storage, read> lb:", &format!("binding({}) var<storage, read> lb{tag}:", first + 1))
-        .replace("= lh[", &format!("= lh{tag}["))
-        .replace("= lb[", &format!("= lb{tag}["))
+        .replace("lh[", &format!("lh{tag}["))
+        .replace("lb[", &format!("lb{tag}["))
         .replace("fn lora_h4(", &format!("fn lora_h4{tag}("))
         .replace("fn lora_b4(", &format!("fn lora_b4{tag}("))
 }
 
 /// `nt`'s fused term for a `rows`×8 block at (m0, n0): acc += ls · h (rows, r) · B (8, r)ᵀ.
-pub(super) fn nt_epilogue(rows: usize) -> String {
+/// With `sg` (the subgroup-shared kernels, whose lanes share m0), each lane loads `rows / sg`
+/// of the rows of h and the others get them by `subgroupBroadcast`, as the K loop shares A:
+/// a CPU adapter turns a load at a per-lane address into a gather, which made the fused term
+/// cost as much as a sixth of the product at N = 4864 (the same sums either way).
+pub(super) fn nt_epilogue(rows: usize, sg: Option<usize>) -> String {
     let mut s = String::from("    for (var t = 0u; t < p.rank; t += 4u) {\n");
     for j in 0..8 {
         s += &format!("        let l{j} = lora_b4(n0 + {j}u, t);\n");
     }
+    if let Some(sg) = sg {
+        for r in 0..rows.div_ceil(sg) {
+            s += &format!("        let mh{r} = lora_h4(m0 + {}u + sid, t);\n", r * sg);
+        }
+    }
     for i in 0..rows {
-        s += &format!("        let h{i} = p.ls * lora_h4(m0 + {i}u, t);\n");
+        match sg {
+            Some(sg) => s += &format!("        let h{i} = p.ls * subgroupBroadcast(mh{}, {}u);\n", i / sg, i % sg),
+            None => s += &format!("        let h{i} = p.ls * lora_h4(m0 + {i}u, t);\n"),
+        }
         s += &format!(
             "        acc{} += vec4<f32>(dot(h{i}, l0), dot(h{i}, l1), dot(h{i}, l2), dot(h{i}, l3));\n",
             2 * i
@@ -100,6 +117,12 @@ pub(super) fn nt_epilogue(rows: usize) -> String {
 pub(super) const NN_BINDINGS: &str = "@group(0) @binding(4) var<storage, read> lg: array<f32>;   // g: (M, r)
 @group(0) @binding(5) var<storage, read> la: array<f32>;   // LoRA A: (r, N)
 fn lora_a8(t: u32, n0: u32, lo: ptr<function, vec4<f32>>, hi: ptr<function, vec4<f32>>) {
+    let base = t * p.N + n0;
+    if (n0 + 8u <= p.N) {
+        *lo = vec4<f32>(la[base], la[base + 1u], la[base + 2u], la[base + 3u]);
+        *hi = vec4<f32>(la[base + 4u], la[base + 5u], la[base + 6u], la[base + 7u]);
+        return;
+    }
     var v: array<f32, 8>;
     for (var j = 0u; j < 8u; j++) { if (n0 + j < p.N) { v[j] = la[t * p.N + n0 + j]; } }
     *lo = vec4<f32>(v[0], v[1], v[2], v[3]); *hi = vec4<f32>(v[4], v[5], v[6], v[7]);
@@ -107,10 +130,19 @@ fn lora_a8(t: u32, n0: u32, lo: ptr<function, vec4<f32>>, hi: ptr<function, vec4
 ";
 
 /// `nn`'s fused term for a `rows`×8 block at (m0, n0): acc += ls · g (rows, r) · A (r, 8).
-pub(super) fn nn_epilogue(rows: usize) -> String {
+/// With `sg`, the rows of g are loaded a few per lane and broadcast, as in [`nt_epilogue`].
+pub(super) fn nn_epilogue(rows: usize, sg: Option<usize>) -> String {
     let mut s = String::from("    for (var t = 0u; t < p.rank; t++) {\n        var llo: vec4<f32>; var lhi: vec4<f32>;\n        lora_a8(t, n0, &llo, &lhi);\n");
+    if let Some(sg) = sg {
+        for r in 0..rows.div_ceil(sg) {
+            s += &format!("        let mg{r} = lg[min(m0 + {}u + sid, p.M - 1u) * p.rank + t];\n", r * sg);
+        }
+    }
     for i in 0..rows {
-        s += &format!("        let g{i} = p.ls * lg[min(m0 + {i}u, p.M - 1u) * p.rank + t];\n");
+        match sg {
+            Some(sg) => s += &format!("        let g{i} = p.ls * subgroupBroadcast(mg{}, {}u);\n", i / sg, i % sg),
+            None => s += &format!("        let g{i} = p.ls * lg[min(m0 + {i}u, p.M - 1u) * p.rank + t];\n"),
+        }
         s += &format!("        acc{} += g{i} * llo; acc{} += g{i} * lhi;\n", 2 * i, 2 * i + 1);
     }
     s += "    }\n";

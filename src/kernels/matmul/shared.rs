@@ -103,7 +103,7 @@ pub(super) fn nt(
             ("LOAD_B", lb),
             ("LOOP", loop_nt(b.dtype, shape.rows, &broadcast_a_rows(shape.rows, sg))),
             ("LORA_BINDINGS", if fused.is_some() { lora::NT_BINDINGS.into() } else { String::new() }),
-            ("LORA", if fused.is_some() { lora::nt_epilogue(shape.rows) } else { String::new() }),
+            ("LORA", if fused.is_some() { lora::nt_epilogue(shape.rows, Some(sg)) } else { String::new() }),
         ]);
         render(NT, &vars)
     });
@@ -159,7 +159,7 @@ pub(super) fn nn(
             ("LOAD_B8", lb),
             ("BODY", body_nn(shape.rows, &broadcast_a_rows(shape.rows, sg))),
             ("LORA_BINDINGS", if fused.is_some() { lora::NN_BINDINGS.into() } else { String::new() }),
-            ("LORA", if fused.is_some() { lora::nn_epilogue(shape.rows) } else { String::new() }),
+            ("LORA", if fused.is_some() { lora::nn_epilogue(shape.rows, Some(sg)) } else { String::new() }),
         ]);
         render(NN, &vars)
     });
