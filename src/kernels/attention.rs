@@ -139,7 +139,6 @@ fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg:
                 ("N", n.to_string()),
                 ("R", rows.to_string()),
                 ("RN", (rows * n).to_string()),
-                ("R4", (rows * 4).to_string()),
                 ("WG", wg.to_string()),
             ],
         ))

@@ -1,5 +1,5 @@
 // Causal GQA attention forward, flash style: o = softmax(scale · q·kᵀ + causal/padding mask) · v.
-// One invocation per R consecutive query rows of one (batch, head); keys are streamed 4 at a
+// One invocation per R consecutive query rows of one (batch, head); keys are streamed one at a
 // time through an online softmax, so nothing of size T×T exists. Saves lse for the backward.
 // V is vec4<f32> when D % 4 == 0, else f32; N values of V make one head row of D floats.
 // Loops marked `// unroll` are expanded by the launcher, so the per-invocation arrays are
@@ -56,58 +56,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         l[r] = 0.0;
     }
     let jend = min(i0 + R, p.T);
-    // Keys in blocks of 4: one rescale of the accumulator per block instead of per key (on a
-    // CPU adapter the accumulator lives in memory, and this is most of its traffic).
-    for (var j0 = 0u; j0 < jend; j0 += 4u) {
-        var kvis: array<bool, 4>;   // key j0 + kk exists and is not padding
-        var kb: array<u32, 4>;
-        for (var kk = 0u; kk < 4u; kk++) { // unroll
-            let j = min(j0 + kk, p.T - 1u);
-            kvis[kk] = j0 + kk < jend && (p.has_mask == 0u || mask[b * p.T + j] != 0u);
-            kb[kk] = ((b * p.T + j) * p.HKV + kvh) * N;
-        }
-        var s: array<f32, {{R4}}>;  // scores, row r key kk at r * 4 + kk
-        for (var r = 0u; r < {{R4}}u; r++) { // unroll
+    for (var j = 0u; j < jend; j++) {
+        if (p.has_mask != 0u && mask[b * p.T + j] == 0u) { continue; }
+        let kb = ((b * p.T + j) * p.HKV + kvh) * N;
+        var s: array<f32, R>;
+        for (var r = 0u; r < {{R}}u; r++) { // unroll
             s[r] = 0.0;
         }
         for (var n = 0u; n < {{N}}u; n++) { // unroll
-            let k0 = k[kb[0] + n];
-            let k1 = k[kb[1] + n];
-            let k2 = k[kb[2] + n];
-            let k3 = k[kb[3] + n];
+            let kk = k[kb + n];
             for (var r = 0u; r < {{R}}u; r++) { // unroll
-                let qq = qr[r * N + n];
-                s[r * 4u] += dotv(qq, k0);
-                s[r * 4u + 1u] += dotv(qq, k1);
-                s[r * 4u + 2u] += dotv(qq, k2);
-                s[r * 4u + 3u] += dotv(qq, k3);
+                s[r] += dotv(qr[r * N + n], kk);
             }
         }
-        var pr: array<f32, {{R4}}>;   // exp(s - new max), 0 where key j0 + kk is not seen by row r
-        var cr: array<f32, R>;        // rescale factor of the old accumulator
+        var pr: array<f32, R>;    // exp(s - new max), 0 where key j comes after row r
+        var cr: array<f32, R>;    // rescale factor of the old accumulator
         for (var r = 0u; r < {{R}}u; r++) { // unroll
-            var mn = m[r];
-            for (var kk = 0u; kk < 4u; kk++) { // unroll
-                if (kvis[kk] && j0 + kk <= i0 + r) { mn = max(mn, s[r * 4u + kk]); }
+            cr[r] = 1.0;
+            pr[r] = 0.0;
+            if (j <= i0 + r) {
+                let mn = max(m[r], s[r]);
+                cr[r] = exp(m[r] - mn);
+                pr[r] = exp(s[r] - mn);
+                l[r] = l[r] * cr[r] + pr[r];
+                m[r] = mn;
             }
-            cr[r] = exp(m[r] - mn);
-            var sum = 0.0;
-            for (var kk = 0u; kk < 4u; kk++) { // unroll
-                pr[r * 4u + kk] = 0.0;
-                if (kvis[kk] && j0 + kk <= i0 + r) { pr[r * 4u + kk] = exp(s[r * 4u + kk] - mn); }
-                sum += pr[r * 4u + kk];
-            }
-            l[r] = l[r] * cr[r] + sum;
-            m[r] = mn;
         }
         for (var n = 0u; n < {{N}}u; n++) { // unroll
-            let v0 = v[kb[0] + n];
-            let v1 = v[kb[1] + n];
-            let v2 = v[kb[2] + n];
-            let v3 = v[kb[3] + n];
+            let vv = v[kb + n];
             for (var r = 0u; r < {{R}}u; r++) { // unroll
-                acc[r * N + n] = acc[r * N + n] * cr[r]
-                    + (pr[r * 4u] * v0 + pr[r * 4u + 1u] * v1 + pr[r * 4u + 2u] * v2 + pr[r * 4u + 3u] * v3);
+                acc[r * N + n] = acc[r * N + n] * cr[r] + pr[r] * vv;
             }
         }
     }
