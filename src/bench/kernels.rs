@@ -231,8 +231,8 @@ pub async fn bench_ops(
         flops: cflops,
     });
     let ms = time_it(gpu, 1, || {
-        let run = lm_head_ce_forward_backward(gpu, &x, &table, &targets, inv, &lse2, &loss, &dx, 0.0, 1024)
-            .now_or_never();
+        let run =
+            lm_head_ce_forward_backward(gpu, &x, &table, &targets, inv, &lse2, &loss, &dx, 0.0, 1024).now_or_never();
         if let Some(Err(e)) = run {
             err = Some(e);
         }

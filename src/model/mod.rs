@@ -209,7 +209,8 @@ impl Model {
         let load: &LoadChunk = &|i| self.output_chunk(gpu, i);
         let table = self.vocab_table(load);
         let Some(mut grads) = grads else {
-            lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK).await?;
+            lm_head_ce_forward(gpu, &xf, &table, &input.targets, input.inv_count, &lse, &loss_t, CE_TOKEN_CHUNK)
+                .await?;
             self.phase_then(gpu, || "lm_head forward".into(), None).await?;
             return Ok(gpu.read_f32(&loss_t).await?[0]);
         };
