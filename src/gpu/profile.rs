@@ -103,7 +103,54 @@ impl Profile {
             "",
             share((wall_ms - gpu).max(0.0))
         );
+        if let Some(b) = self.product_bound(wall_ms) {
+            s += &format!(
+                "matrix products: {:.1} GFLOP, {:.2} s at the plain big products' {:.1} GFLOP/s; the span over that: {:.2}\n",
+                b.gflop, b.seconds, b.plain_gflops, b.ratio
+            );
+        }
         s
+    }
+}
+
+/// How far a step is from being bound by its matrix products: their work, the rate of the plain
+/// big products (no fused LoRA term, at least [`ProductBound::BIG_FLOPS`] per call: the lm_head's
+/// vocab chunks in a training step), and the span's wall time over the products' time at that
+/// rate (issue 18's target for the 0.5B step: 1.3).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct ProductBound {
+    /// Every matrix product's floating-point work (kernels named `matmul_…`), in GFLOP.
+    pub gflop: f64,
+    /// GFLOP/s of the plain big products.
+    pub plain_gflops: f64,
+    /// Seconds the products would take at that rate.
+    pub seconds: f64,
+    /// The span's wall time over `seconds`.
+    pub ratio: f64,
+}
+
+impl ProductBound {
+    /// Work per call from which a plain product counts as big.
+    pub const BIG_FLOPS: f64 = 1e9;
+}
+
+impl Profile {
+    /// [`ProductBound`] of a span of `wall_ms`; None without timed plain big products.
+    pub fn product_bound(&self, wall_ms: f64) -> Option<ProductBound> {
+        let products = self.kernels.iter().filter(|k| k.name.starts_with("matmul_"));
+        let gflop = products.clone().map(|k| k.flops).sum::<f64>() / 1e9;
+        let plain: Vec<&KernelProfile> = products
+            .filter(|k| {
+                !k.name.ends_with("/lora") && k.calls > 0 && k.flops / k.calls as f64 >= ProductBound::BIG_FLOPS
+            })
+            .collect();
+        let (ms, flops) = plain.iter().fold((0.0, 0.0), |(m, f), k| (m + k.ms, f + k.flops));
+        if ms <= 0.0 || flops <= 0.0 || wall_ms <= 0.0 {
+            return None;
+        }
+        let plain_gflops = flops / (ms * 1e6);
+        let seconds = gflop / plain_gflops;
+        Some(ProductBound { gflop, plain_gflops, seconds, ratio: wall_ms / 1000.0 / seconds })
     }
 }
 
@@ -297,5 +344,40 @@ impl Gpu {
         enc.copy_buffer_to_buffer(&q.resolve, 0, &buf, 0, bytes);
         let what = std::mem::take(&mut p.open);
         p.resolved.push(Resolved { buf, what, _acct: self.alloc.track(Category::Staging, bytes) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(name: &str, calls: u64, ms: f64, flops: f64) -> KernelProfile {
+        KernelProfile { name: name.into(), calls, ms, flops }
+    }
+
+    #[test]
+    fn product_bound_uses_the_plain_big_products_rate() {
+        let p = Profile {
+            timing: Timing::Timestamps,
+            kernels: vec![
+                k("matmul_nt/shared16x8/8/sg8/q4/true/true/lora", 10, 2000.0, 100e9), // fused: 50 GFLOP/s
+                k("matmul_nt/shared16x8/8/sg8/q4/true/true", 4, 500.0, 40e9),         // plain big: 80
+                k("matmul_tn/blocked1x64/true/true", 100, 100.0, 0.5e9),              // thin: not big
+                k("attention_fwd/64/8/16", 4, 300.0, 10e9),                           // not a product
+            ],
+        };
+        let b = p.product_bound(4000.0).unwrap();
+        assert!((b.gflop - 140.5).abs() < 1e-9, "{b:?}");
+        assert!((b.plain_gflops - 80.0).abs() < 1e-9, "{b:?}");
+        assert!((b.seconds - 140.5 / 80.0).abs() < 1e-9, "{b:?}");
+        assert!((b.ratio - 4.0 / (140.5 / 80.0)).abs() < 1e-9, "{b:?}");
+        assert!(p.table(4000.0).contains("the span over that: 2.28"), "{}", p.table(4000.0));
+        // No plain big product timed (decoding's one-row products, or an untimed browser): none.
+        let decode = Profile {
+            timing: Timing::Timestamps,
+            kernels: vec![k("matmul_nt/gemv_rows/r8/wg8/bf16", 150, 70.0, 0.1e9)],
+        };
+        assert_eq!(decode.product_bound(100.0), None);
+        assert!(!decode.table(100.0).contains("matrix products"));
     }
 }

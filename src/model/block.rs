@@ -351,34 +351,6 @@ fn balanced_chunk_rows(n: usize, max: usize) -> usize {
     [32, 16, 8].into_iter().map(|tile| rows.div_ceil(tile) * tile).find(|&t| t <= max).unwrap_or(rows)
 }
 
-#[cfg(test)]
-mod chunk_tests {
-    use super::balanced_chunk_rows;
-
-    #[test]
-    fn chunks_are_few_equal_and_tiled() {
-        // (n, max) -> rows per chunk
-        for (n, max, want) in [
-            (256, 107, 96),
-            (256, 0, 256),
-            (256, 256, 256),
-            (200, 107, 104),
-            (256, 341, 256),
-            (20, 7, 7),
-            (5, 3, 3),
-            (64, 8, 8),
-        ] {
-            let rows = balanced_chunk_rows(n, max);
-            assert_eq!(rows, want, "n {n} max {max}");
-            if max > 0 {
-                assert!(rows <= max || max >= n, "n {n} max {max}: {rows} rows over the most");
-                // no more chunks than the fewest chunks of at most `max` rows
-                assert_eq!(n.div_ceil(rows), n.div_ceil(max.min(n)), "n {n} max {max}: chunk count");
-            }
-        }
-    }
-}
-
 /// The block's first half, kept for the backward: everything up to xn2 = rmsnorm(h).
 struct AttnHalf {
     xn1: Tensor,
@@ -582,4 +554,32 @@ fn mlp_backward_chunked(
         t0 += r;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::balanced_chunk_rows;
+
+    #[test]
+    fn chunks_are_few_equal_and_tiled() {
+        // (n, max) -> rows per chunk
+        for (n, max, want) in [
+            (256, 107, 96),
+            (256, 0, 256),
+            (256, 256, 256),
+            (200, 107, 104),
+            (256, 341, 256),
+            (20, 7, 7),
+            (5, 3, 3),
+            (64, 8, 8),
+        ] {
+            let rows = balanced_chunk_rows(n, max);
+            assert_eq!(rows, want, "n {n} max {max}");
+            if max > 0 {
+                assert!(rows <= max || max >= n, "n {n} max {max}: {rows} rows over the most");
+                // no more chunks than the fewest chunks of at most `max` rows
+                assert_eq!(n.div_ceil(rows), n.div_ceil(max.min(n)), "n {n} max {max}: chunk count");
+            }
+        }
+    }
 }
