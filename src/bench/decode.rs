@@ -5,7 +5,7 @@
 use crate::base::error::{Error, Result};
 use crate::base::names::Proj;
 use crate::formats::peft::Adapter;
-use crate::generate::Decoder;
+use crate::generate::{generate, GenerateOptions};
 use crate::gpu::profile::Profile;
 use crate::gpu::Gpu;
 use crate::model::lora::Lora;
@@ -33,6 +33,7 @@ pub struct DecodeBenchConfig {
 /// What was measured.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct DecodeResult {
+    /// Until the first new token came back (the prompt's forward, and the next forward recorded).
     pub prefill_ms: f64,
     /// Per new token after the first (whose step includes compiling the decode pipelines).
     pub ms_per_token: f64,
@@ -40,17 +41,6 @@ pub struct DecodeResult {
     pub tokens: Vec<u32>,
     /// With `profile`: the profiled decode steps together, and their wall time.
     pub profile: Option<(f64, Profile)>,
-}
-
-/// Greedy argmax (the first of equal maxima, as torch.argmax).
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 pub async fn bench_decode(gpu: &Gpu, source: Arc<dyn WeightSource>, bc: &DecodeBenchConfig) -> Result<DecodeResult> {
@@ -64,25 +54,27 @@ pub async fn bench_decode(gpu: &Gpu, source: Arc<dyn WeightSource>, bc: &DecodeB
     let lora = Lora::from_adapter(gpu, &cfg, &adapter)?;
     let mut rng = crate::base::rng::Rng::new(bc.seed ^ 0xdec0de);
     let prompt: Vec<u32> = (0..bc.prompt_tokens).map(|_| rng.below(cfg.vocab as u64) as u32).collect();
-    let mut dec = Decoder::new(gpu, &model, Some(&lora), bc.prompt_tokens + bc.new_tokens, false)?;
+    // generate() as `webtune generate` runs it (greedy: the argmax on the GPU, each token's
+    // forward recorded before the previous id is read back). The first token comes after the
+    // prefill; the second's forward compiles the decode pipelines; the rest are timed (and
+    // profiled: from the first token on, so that the forwards of tokens 2.. are).
+    let opts = GenerateOptions { max_new_tokens: bc.new_tokens, temperature: 0.0, ..GenerateOptions::default() };
+    let mut times = Vec::with_capacity(bc.new_tokens);
     let t0 = now_ms();
-    let mut logits = dec.forward(gpu, &prompt).await?;
-    let prefill_ms = now_ms() - t0;
-    let mut tokens = vec![argmax(&logits)];
-    // The first decode step compiles its pipelines; the rest are timed (and profiled).
-    logits = dec.forward(gpu, &tokens[..1]).await?;
-    tokens.push(argmax(&logits));
+    let tokens = generate(gpu, &model, Some(&lora), &prompt, &opts, &mut |_| {
+        times.push(now_ms());
+        if times.len() == 1 && bc.profile {
+            gpu.profile_start();
+        }
+        true
+    })
+    .await?;
+    if times.len() != bc.new_tokens {
+        return Err(Error::msg(format!("bench decode: {} of {} tokens came", times.len(), bc.new_tokens)));
+    }
+    let prefill_ms = times[0] - t0;
     let timed = bc.new_tokens - 2;
-    if bc.profile {
-        gpu.profile_start();
-    }
-    let t1 = now_ms();
-    for _ in 0..timed {
-        let last = *tokens.last().unwrap_or(&0);
-        logits = dec.forward(gpu, &[last]).await?;
-        tokens.push(argmax(&logits));
-    }
-    let wall = now_ms() - t1;
+    let wall = times[bc.new_tokens - 1] - times[1];
     let profile = gpu.profile_take().await?.map(|p| (wall, p));
     let ms_per_token = wall / timed as f64;
     Ok(DecodeResult { prefill_ms, ms_per_token, tokens_per_s: 1000.0 / ms_per_token, tokens, profile })

@@ -10,12 +10,16 @@
 //! - [`logits_last`]: the last position's logits of a full forward without a cache, through the
 //!   training [`block_forward`] (the reference the cached path is tested against).
 //! - [`sample`]: greedy, or temperature → top-k → top-p (transformers' order) with a seeded
-//!   SplitMix64, on the host from the logits read back each step.
+//!   SplitMix64, on the host from the logits read back each step. Greedy generation from a
+//!   resident model picks on the GPU instead ([`argmax_pick`]): the next token's forward reads
+//!   its id where the argmax wrote it, so it is recorded before this token's id is read back and
+//!   the GPU never waits for the host between tokens.
 
 use crate::base::config::ModelConfig;
 use crate::base::error::{Error, Result};
 use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
+use crate::kernels::argmax::{argmax_pick, read_pick, PICK_WORDS};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::attention_cached::{attention_cached, HeadShape};
 use crate::kernels::cross_entropy::LoadChunk;
@@ -296,6 +300,21 @@ impl Workspace {
     }
 }
 
+/// The ids a forward feeds: from the host, or one token's id already on the GPU.
+enum NewIds<'b> {
+    Host(&'b [u32]),
+    Gpu(&'b Tensor),
+}
+
+impl NewIds<'_> {
+    fn len(&self) -> usize {
+        match self {
+            NewIds::Host(ids) => ids.len(),
+            NewIds::Gpu(_) => 1,
+        }
+    }
+}
+
 /// The cached forward of one sequence: owns its KV cache, RoPE table and (optionally) merged
 /// weights; each [`Decoder::forward`] appends tokens and returns the last one's logits.
 pub struct Decoder<'a> {
@@ -348,6 +367,20 @@ impl<'a> Decoder<'a> {
     /// store needs it) one at a time, waiting for each to finish before the next.
     pub async fn encode(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<Tensor> {
         check_ids(&self.model.cfg, ids)?;
+        self.encode_ids(gpu, NewIds::Host(ids)).await
+    }
+
+    /// [`Decoder::encode`] of one token whose id is the first word of `pick` on the GPU (where
+    /// [`argmax_pick`] wrote it): nothing waits for it to be known. A resident model only (a
+    /// streamed one gathers its embedding rows on the host).
+    pub async fn encode_picked(&mut self, gpu: &Gpu, pick: &Tensor) -> Result<Tensor> {
+        if self.model.is_streamed() {
+            return Err(Error::msg("generate: a streamed model embeds ids from the host, not from the GPU"));
+        }
+        self.encode_ids(gpu, NewIds::Gpu(pick)).await
+    }
+
+    async fn encode_ids(&mut self, gpu: &Gpu, ids: NewIds<'_>) -> Result<Tensor> {
         let (p0, n) = (self.cache.len, ids.len());
         if p0 + n > self.cache.max_seq {
             return Err(Error::msg(format!(
@@ -362,8 +395,16 @@ impl<'a> Decoder<'a> {
                 Workspace::new(gpu, self.model, n)?
             }
         };
-        gpu.write_f32(&ws.ids, bytemuck::cast_slice(ids));
-        self.model.embed_ids(gpu, ids, &ws.ids, &ws.x).await?;
+        match ids {
+            NewIds::Host(ids) => {
+                gpu.write_f32(&ws.ids, bytemuck::cast_slice(ids));
+                self.model.embed_ids(gpu, ids, &ws.ids, &ws.x).await?;
+            }
+            NewIds::Gpu(pick) => {
+                gpu.copy(pick, &ws.ids); // its first word, the id
+                self.model.embed_ids(gpu, &[], &ws.ids, &ws.x).await?;
+            }
+        }
         let model = self.model;
         for l in 0..model.cfg.layers {
             let w = model.fetch_layer(gpu, l).await?;
@@ -525,6 +566,9 @@ pub async fn generate(
     // The last sampled token is never fed back.
     let max_seq = prompt.len() + opts.max_new_tokens - 1;
     let mut dec = Decoder::new(gpu, model, lora, max_seq, opts.merge)?;
+    if opts.temperature == 0.0 && !model.is_streamed() {
+        return generate_greedy(gpu, &mut dec, prompt, opts, on_token).await;
+    }
     let mut rng = SplitMix64::new(opts.seed);
     let mut out = Vec::new();
     let mut logits = dec.forward(gpu, prompt).await?;
@@ -535,6 +579,42 @@ pub async fn generate(
             return Ok(out);
         }
         logits = dec.forward(gpu, &[tok]).await?;
+    }
+}
+
+/// [`generate`] greedily with the argmax on the GPU: token k + 1's forward is recorded (its id
+/// read where token k's argmax wrote it) before token k's id is read back, so the host records
+/// while the GPU computes and the GPU never waits for a readback. The same tokens as picking on
+/// the host; after an EOS or a cancel one forward more than was needed has run (never past the
+/// cache: the last token wanted is never fed).
+async fn generate_greedy(
+    gpu: &Gpu,
+    dec: &mut Decoder<'_>,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<Vec<u32>> {
+    let pick = gpu.zeros(&[PICK_WORDS], DType::F32, Category::Activations)?;
+    let logits = dec.encode(gpu, prompt).await?;
+    argmax_pick(gpu, &logits, &pick);
+    let mut pending = gpu.read_later(&pick);
+    let mut out = Vec::new();
+    loop {
+        // Feed the token being read back, unless it is the last one wanted.
+        let next = if out.len() + 1 < opts.max_new_tokens {
+            let logits = dec.encode_picked(gpu, &pick).await?;
+            argmax_pick(gpu, &logits, &pick); // after this forward's embedding has read the id
+            Some(gpu.read_later(&pick))
+        } else {
+            None
+        };
+        let tok = read_pick(&pending.bytes(gpu).await?)
+            .map_err(|(i, v)| Error::msg(format!("generate: logit {i} is {v} (the forward overflowed)")))?;
+        out.push(tok);
+        if !on_token(tok) || opts.eos_ids.contains(&tok) || out.len() >= opts.max_new_tokens {
+            return Ok(out);
+        }
+        pending = next.ok_or_else(|| Error::msg("generate: no forward was recorded for the next token"))?;
     }
 }
 

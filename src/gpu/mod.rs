@@ -27,6 +27,7 @@ pub use crate::base::dtype::DType;
 pub use crate::base::error::GpuError;
 pub use alloc::{Allocation, Allocator, Category, MemoryStats};
 pub use dispatch::Kernel;
+pub use readback::PendingRead;
 pub use staging::{STAGED_UPLOADS, STAGING_CHUNKS, STAGING_CHUNK_BYTES};
 pub use tensor::Tensor;
 

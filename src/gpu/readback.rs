@@ -1,12 +1,19 @@
 //! Reading results back: a mapped copy, awaited through the map callback (the event loop
 //! drives it in the browser; natively the device is polled), and [`Gpu::sync`].
 
-use super::{Category, DType, Gpu, GpuError, Tensor};
+use super::{Allocation, Category, DType, Gpu, GpuError, Tensor};
 use crate::platform;
 
 impl Gpu {
     /// Read a tensor's raw bytes back (flushes pending work first).
     pub async fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>, GpuError> {
+        self.read_later(t).bytes(self).await
+    }
+
+    /// Start reading a tensor back: its copy is recorded after the work recorded so far and
+    /// submitted with it now; [`PendingRead::bytes`] waits for that submission only, so work
+    /// recorded in between (the next token's forward) keeps the GPU busy meanwhile.
+    pub fn read_later(&self, t: &Tensor) -> PendingRead {
         let size = t.bytes();
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -14,28 +21,19 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let _acct = self.alloc.track(Category::Staging, size);
+        let acct = self.alloc.track(Category::Staging, size);
         {
             let mut guard = self.encoder();
             if let Some(enc) = guard.as_mut() {
                 enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, size);
             }
         }
-        self.flush();
+        let index = self.flush();
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
-        platform::poll_wait(&self.device);
-        rx.await
-            .map_err(|_| GpuError::Readback("map callback dropped".into()))?
-            .map_err(|e| GpuError::Readback(e.to_string()))?;
-        let out = {
-            let view = staging.get_mapped_range(..).map_err(|e| GpuError::Readback(e.to_string()))?;
-            view.to_vec()
-        };
-        staging.unmap();
-        Ok(out)
+        PendingRead { staging, index, rx, _acct: acct }
     }
 
     /// Read an f32 tensor back (exactly `numel` values).
@@ -50,5 +48,30 @@ impl Gpu {
     pub async fn sync(&self) -> Result<(), GpuError> {
         let t = self.zeros(&[1], DType::F32, Category::Staging)?;
         self.read_bytes(&t).await.map(|_| ())
+    }
+}
+
+/// A read started by [`Gpu::read_later`].
+pub struct PendingRead {
+    staging: wgpu::Buffer,
+    index: Option<wgpu::SubmissionIndex>,
+    rx: futures_channel::oneshot::Receiver<Result<(), wgpu::BufferAsyncError>>,
+    _acct: Allocation,
+}
+
+impl PendingRead {
+    /// The bytes, once the submission that copied them has run.
+    pub async fn bytes(self, gpu: &Gpu) -> Result<Vec<u8>, GpuError> {
+        platform::poll_wait_for(&gpu.device, self.index.clone());
+        self.rx
+            .await
+            .map_err(|_| GpuError::Readback("map callback dropped".into()))?
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let out = {
+            let view = self.staging.get_mapped_range(..).map_err(|e| GpuError::Readback(e.to_string()))?;
+            view.to_vec()
+        };
+        self.staging.unmap();
+        Ok(out)
     }
 }

@@ -152,18 +152,18 @@ impl Gpu {
         }
     }
 
-    /// Submit everything recorded so far.
-    pub fn flush(&self) {
+    /// Submit everything recorded so far; the submission's index (None when nothing was pending).
+    pub fn flush(&self) -> Option<wgpu::SubmissionIndex> {
         let mut ring = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        self.submit_with(&mut ring);
+        self.submit_with(&mut ring)
     }
 
     /// Submit the pending encoder: first unmap the staging chunks its copies read, then map them
     /// again (asynchronously: they come back once this submission has run).
-    fn submit_with(&self, ring: &mut Ring) {
+    fn submit_with(&self, ring: &mut Ring) -> Option<wgpu::SubmissionIndex> {
         self.end_pass();
         let enc = self.pending.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let Some(mut enc) = enc else { return };
+        let mut enc = enc?;
         self.profile_resolve(&mut enc);
         let filled: Vec<usize> = (0..ring.chunks.len()).filter(|&i| ring.chunks[i].used > 0).collect();
         for &i in &filled {
@@ -182,5 +182,6 @@ impl Gpu {
                 state.store(if r.is_ok() { CHUNK_MAPPED } else { CHUNK_FAILED }, Ordering::Release);
             });
         }
+        Some(index)
     }
 }

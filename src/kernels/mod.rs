@@ -7,6 +7,7 @@
 //! several implementations (the matrix products), [`tune`] chooses among them for the device
 //! by measurement, after checking each against the reference kernel.
 
+pub mod argmax;
 pub mod attention;
 pub mod attention_cached;
 pub mod cross_entropy;

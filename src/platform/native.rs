@@ -18,6 +18,12 @@ pub fn poll_wait(device: &wgpu::Device) {
     let _ = device.poll(wgpu::PollType::wait_indefinitely());
 }
 
+/// Block until the submission `index` has run (later submissions may still be running); the
+/// most recent one when None.
+pub fn poll_wait_for(device: &wgpu::Device, index: Option<wgpu::SubmissionIndex>) {
+    let _ = device.poll(wgpu::PollType::Wait { submission_index: index, timeout: None });
+}
+
 /// Which backends to ask for: Vulkan (lavapipe without a GPU), or `WGPU_BACKEND`'s list.
 pub fn backends() -> wgpu::Backends {
     match std::env::var("WGPU_BACKEND") {
