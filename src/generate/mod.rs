@@ -22,10 +22,8 @@ use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::argmax::{argmax_pick, read_pick, PICK_WORDS};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::attention_cached::{attention_cached, HeadShape};
-use crate::kernels::cross_entropy::LoadChunk;
-use crate::kernels::elementwise::copy_rows;
 use crate::kernels::embedding::embedding_forward;
-use crate::kernels::matmul::{matmul_nn, matmul_nt};
+use crate::kernels::matmul::matmul_nn;
 use crate::kernels::rmsnorm::rmsnorm_forward;
 use crate::kernels::rope::{rope_into_cache, rope_table, RopeTable};
 use crate::kernels::swiglu::swiglu_forward;
@@ -34,7 +32,10 @@ use crate::model::lora::{Lora, LoraPair};
 use crate::model::weights::{LayerWeights, Linear};
 use crate::model::Model;
 
+mod logits;
 mod sample;
+
+use logits::{overflowed, read_logits, LogitsBufs};
 pub use sample::{argmax, sample, SplitMix64};
 
 /// How to generate. `Default`: greedy, 256 new tokens, seed 0, no EOS ids, LoRA unmerged.
@@ -195,68 +196,6 @@ fn view(t: &Tensor, shape: &[usize]) -> Tensor {
     let mut v = t.clone();
     v.shape = shape.to_vec();
     v
-}
-
-/// Buffers of the last row's logits.
-struct LogitsBufs {
-    last: Tensor,   // (1, C) last row of the final hidden states
-    xn: Tensor,     // (1, C) after the final rmsnorm
-    rstd: Tensor,   // (1)
-    logits: Tensor, // (1, V)
-    /// (1, chunk_rows) one vocab chunk's product, when the table has several chunks
-    part: Option<Tensor>,
-}
-
-impl LogitsBufs {
-    fn new(gpu: &Gpu, model: &Model) -> Result<LogitsBufs> {
-        let c = model.cfg.hidden;
-        let (chunks, chunk_rows) = model.output_chunking();
-        Ok(LogitsBufs {
-            last: act(gpu, &[1, c])?,
-            xn: act(gpu, &[1, c])?,
-            rstd: act(gpu, &[1])?,
-            logits: act(gpu, &[1, model.cfg.vocab])?,
-            part: if chunks > 1 { Some(act(gpu, &[1, chunk_rows])?) } else { None },
-        })
-    }
-
-    /// logits (1, V) of the last row of x (n, C): final rmsnorm of that row, then the output
-    /// table chunk by chunk (each chunk's (1, rows) product copied into place; a streamed
-    /// model's chunks are uploaded, fetched first where the store needs it, one at a time).
-    async fn compute(&self, gpu: &Gpu, model: &Model, x: &Tensor) -> Result<()> {
-        let cfg = &model.cfg;
-        let last = if x.rows() == 1 {
-            x
-        } else {
-            copy_rows(gpu, x, x.rows() - 1, &self.last, 0, 1);
-            &self.last
-        };
-        rmsnorm_forward(gpu, last, &model.weights.norm, cfg.rms_norm_eps as f32, &self.xn, &self.rstd);
-        let load: &LoadChunk = &|i| model.output_chunk(gpu, i);
-        let table = model.vocab_table(load);
-        let Some(part) = &self.part else {
-            matmul_nt(gpu, &self.xn, &table.get(0).await?, None, &self.logits, 1.0, 0.0);
-            return Ok(());
-        };
-        let flat = view(&self.logits, &[cfg.vocab, 1]);
-        let mut v0 = 0;
-        for i in 0..table.count() {
-            let chunk = table.get(i).await?;
-            let rows = chunk.rows();
-            matmul_nt(gpu, &self.xn, &chunk, None, &view(part, &[1, rows]), 1.0, 0.0);
-            copy_rows(gpu, &view(part, &[rows, 1]), 0, &flat, v0, rows);
-            v0 += rows;
-        }
-        Ok(())
-    }
-}
-
-async fn read_logits(gpu: &Gpu, logits: &Tensor) -> Result<Vec<f32>> {
-    let v = gpu.read_f32(logits).await?;
-    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-        return Err(Error::msg(format!("generate: logit {i} is {} (the forward overflowed)", v[i])));
-    }
-    Ok(v)
 }
 
 /// The activations of a forward of n new tokens, reused by every layer and by every call with
@@ -608,8 +547,7 @@ async fn generate_greedy(
         } else {
             None
         };
-        let tok = read_pick(&pending.bytes(gpu).await?)
-            .map_err(|(i, v)| Error::msg(format!("generate: logit {i} is {v} (the forward overflowed)")))?;
+        let tok = read_pick(&pending.bytes(gpu).await?).map_err(|(i, v)| overflowed(i, v))?;
         out.push(tok);
         if !on_token(tok) || opts.eos_ids.contains(&tok) || out.len() >= opts.max_new_tokens {
             return Ok(out);

@@ -139,12 +139,11 @@ impl Profile {
     pub fn product_bound(&self, wall_ms: f64) -> Option<ProductBound> {
         let products = self.kernels.iter().filter(|k| k.name.starts_with("matmul_"));
         let gflop = products.clone().map(|k| k.flops).sum::<f64>() / 1e9;
-        let plain: Vec<&KernelProfile> = products
+        let (ms, flops) = products
             .filter(|k| {
                 !k.name.ends_with("/lora") && k.calls > 0 && k.flops / k.calls as f64 >= ProductBound::BIG_FLOPS
             })
-            .collect();
-        let (ms, flops) = plain.iter().fold((0.0, 0.0), |(m, f), k| (m + k.ms, f + k.flops));
+            .fold((0.0, 0.0), |(m, f), k| (m + k.ms, f + k.flops));
         if ms <= 0.0 || flops <= 0.0 || wall_ms <= 0.0 {
             return None;
         }

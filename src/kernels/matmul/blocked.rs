@@ -199,14 +199,8 @@ pub(super) fn body_nn(rows: usize, a_rows: &str) -> String {
     let mut s = a_rows.to_string();
     for kk in 0..4 {
         // A is zero past K, so a clamped row of B adds nothing.
-        s += &format!(
-            "        var blo{kk}: vec4<f32>; var bhi{kk}: vec4<f32>;
-"
-        );
-        s += &format!(
-            "        load_b8(min(k + {kk}u, p.K - 1u), n0, &blo{kk}, &bhi{kk});
-"
-        );
+        s += &format!("        var blo{kk}: vec4<f32>; var bhi{kk}: vec4<f32>;\n");
+        s += &format!("        load_b8(min(k + {kk}u, p.K - 1u), n0, &blo{kk}, &bhi{kk});\n");
     }
     for i in 0..rows {
         for (acc, half) in [(2 * i, "blo"), (2 * i + 1, "bhi")] {
