@@ -2,7 +2,7 @@
 //! fused LoRA term, at the Qwen2.5-0.5B attention and MLP shapes, in the variant given by
 //! `WEBTUNE_VARIANT` (a [`Variant::name`]; default: the first subgroup-shared candidate, else
 //! the register-blocked one). Runs of all cases interleaved so that a shared machine's load
-//! hits them alike; best of 5:
+//! hits them alike; best of 5 (`WEBTUNE_SHAPES` picks other shapes):
 //! `cargo test --release --lib kernels::matmul::bench -- --ignored --nocapture`.
 
 use super::*;
@@ -25,6 +25,17 @@ async fn best_ms(gpu: &Gpu, calls: usize, mut batch: impl FnMut()) -> f64 {
         }
     }
     best
+}
+
+/// `WEBTUNE_SHAPES="96,896,4864;256,128,896"`: the (M, K, N) products to time instead of the
+/// default ones (M, K, N as in the labels: A (M, K), C (M, N)).
+fn shapes_from_env() -> Option<Vec<(usize, usize, usize)>> {
+    let s = std::env::var("WEBTUNE_SHAPES").ok()?;
+    let parse = |t: &str| -> Option<(usize, usize, usize)> {
+        let v: Vec<usize> = t.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
+        (v.len() == 3).then(|| (v[0], v[1], v[2]))
+    };
+    Some(s.split(';').map(|t| parse(t).unwrap_or_else(|| panic!("WEBTUNE_SHAPES: {t:?} is not M,K,N"))).collect())
 }
 
 struct Case {
@@ -54,7 +65,8 @@ fn matmul_weight_dtypes_gflops() {
         let mut rng = Rng::new(1);
         let r = 8;
         let mut cases = Vec::new();
-        for (m, k, n) in [(256, 896, 896), (256, 896, 128), (256, 896, 4864), (256, 4864, 896)] {
+        let default = vec![(256, 896, 896), (256, 896, 128), (256, 896, 4864), (256, 4864, 896)];
+        for (m, k, n) in shapes_from_env().unwrap_or(default) {
             let a = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Activations).unwrap();
             let c = gpu.zeros(&[m, n], DType::F32, Category::Activations).unwrap();
             let w = rng.vec(n * k, 0.05);

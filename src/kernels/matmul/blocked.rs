@@ -410,14 +410,17 @@ pub(super) fn lora_key(fused: Option<Fused>) -> &'static str {
 
 /// The workgroup's invocations along N and M: 8 × 8, or all along the one dimension that has
 /// more than 8 (one 8-wide block) outputs — the thin LoRA products (N or M = r ≤ 8) would
-/// otherwise leave 7 of every 8 invocations without work. A few rows of A (decoding) with a
+/// otherwise leave 7 of every 8 invocations without work. Thin products along M (h = x·Aᵀ,
+/// g = dy·B: N = r) take workgroups of 8, one SIMD vector of a CPU adapter: a (256, 8) product
+/// is 32 invocations, which as one workgroup of 64 ran on one of lavapipe's threads while the
+/// other idled (4 workgroups of 8: 1.6–2× faster; 16, 32 or 64 no faster than 64). A few rows of A (decoding) with a
 /// modest N take workgroups of 8 to 64 invocations along N, so that there are at least 16 of
 /// them: one token's q_proj (N = 576) is 72 invocations, which as 64 + 8 would keep one core of
 /// a CPU adapter busy while the other idles, and one SM of a GPU out of a hundred. Otherwise
 /// 8 × 8, or fewer along M where that computes fewer rows past M (an MLP chunk).
 fn lanes(m: usize, n: usize) -> (usize, usize) {
     match (m <= 8, n <= 8) {
-        (false, true) => (1, 64),
+        (false, true) => (1, 8),
         (true, false) => ((n.div_ceil(8) / 16).clamp(8, 64).next_power_of_two(), 1),
         (true, true) => (8, 8),
         (false, false) => {
