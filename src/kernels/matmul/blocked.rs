@@ -441,3 +441,47 @@ fn block_rows(m: usize, most: usize) -> usize {
 fn grid(m: usize, n: usize, wx: usize, wy: usize, rows: usize) -> (u32, u32, u32) {
     (n.div_ceil(8 * wx) as u32, m.div_ceil(rows * wy) as u32, 1)
 }
+
+/// h_j (1, N) = x (1, K) · A_jᵀ for every (A_j, h_j) of `pairs` (up to [`super::gemv::MANY`],
+/// A_j f32 of one shape): the LoRA down-products of the projections that read one input (q, k,
+/// v; gate, up) in one dispatch, as decoding runs them. A workgroup of one invocation per
+/// 8-block of one h_j, running [`nt`]'s own loop for one row (so each h_j equals its own
+/// product's bit for bit); one workgroup per block, so a CPU adapter spreads them over its
+/// threads. Decoding's h products are small: their dispatches, not their arithmetic, cost
+/// (210 a token for SmolLM2 with LoRA on all seven projections).
+pub(super) fn nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
+    let (k, n) = (x.cols(), pairs[0].0.rows());
+    let vec = k % 4 == 0;
+    let count = pairs.len();
+    let key = format!("matmul_nt/blocked_many/{count}/{vec}");
+    let pipeline = gpu.pipeline(&key, || {
+        let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", vec);
+        let mut s = String::from(
+            "// h_j (1, N) = x (1, K) · A_jᵀ for each j: one invocation per 8 outputs of one h_j, the register-blocked loop.\nstruct Params {\n    M: u32, N: u32, K: u32,\n    ldb: u32,\n    alpha: f32, beta: f32,\n    has_bias: u32,\n    qoff: u32,\n    rank: u32,\n    ls: f32,\n    _q0: u32, _q1: u32,\n}\n@group(0) @binding(0) var<uniform> p: Params;\n",
+        );
+        s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (1, K)\n{la}");
+        let mut branches = String::new();
+        for j in 0..count {
+            let (lb, be) = load4_f32("load_b4", &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
+            s += &format!("@group(0) @binding({}) var<storage, read> b{j}: array<{be}>;   // A_{j}: (N, K)\n", 2 + j);
+            s += &format!("@group(0) @binding({}) var<storage, read_write> c{j}: array<f32>;   // h_{j}: (1, N)\n", 2 + count + j);
+            // Each branch is `nt`'s loop and store for one row, with its own A_j and h_j.
+            let body = loop_nt(DType::F32, 1, &own_a_rows(1)) + &store_rows(1);
+            let fns = format!("{lb}fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{\n    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);\n    for (var j = 0u; j < 8u; j++) {{\n        let n = n0 + j;\n        if (n >= p.N) {{ return; }}\n        c[n] = p.alpha * v[j];\n    }}\n}}\n");
+            let rename = |t: &str| t.replace("load_b4", &format!("load_b4_{j}")).replace("store_row", &format!("store_row_{j}")).replace("c[n]", &format!("c{j}[n]"));
+            s += &rename(&fns);
+            branches += &format!("    if (j == {j}u) {{\n{}    }}\n", rename(&body));
+        }
+        s += &format!(
+            "@compute @workgroup_size(1)\nfn main(@builtin(workgroup_id) wid: vec3<u32>) {{\n    let blocks = (p.N + 7u) / 8u;\n    let j = wid.x / blocks;\n    let n0 = (wid.x % blocks) * 8u;\n    let m0 = 0u;\n{}{branches}}}\n",
+            acc_decl(1)
+        );
+        s
+    });
+    let p = Params { m: 1, n: n as u32, k: k as u32, ldb: k as u32, alpha: 1.0, ..Params::default() };
+    let mut bindings: Vec<&Tensor> = vec![x];
+    bindings.extend(pairs.iter().map(|(a, _)| *a));
+    bindings.extend(pairs.iter().map(|(_, h)| *h));
+    let workgroups = ((count * n.div_ceil(8)) as u32, 1, 1);
+    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bindings, workgroups, flops(1, n * count, k));
+}

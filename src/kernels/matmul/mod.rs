@@ -215,9 +215,10 @@ pub fn gate_up_swiglu_row(
 }
 
 /// h_j = x·A_jᵀ for each (A_j, h_j) of `pairs`: LoRA's down-products of the projections that
-/// read one input (q, k, v; gate, up). Where x is one row (decoding), the device chose the
-/// one-row kernel and the A_j are f32 of one shape, one dispatch takes up to three of them,
-/// each h_j bit-identical to its own product's; otherwise each is its own [`matmul_nt`].
+/// read one input (q, k, v; gate, up). Where x is one row (decoding) and the A_j are f32 of one
+/// shape, one dispatch takes up to three of them, each h_j bit-identical to its own product's
+/// (the subgroup kernel's where the device chose it, else the register-blocked kernel's);
+/// otherwise each is its own [`matmul_nt`].
 pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
     let batched = pairs.len() > 1
         && x.dtype == DType::F32
@@ -234,6 +235,11 @@ pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
                     [(a, h)] => matmul_nt(gpu, x, a, None, h, 1.0, 0.0),
                     _ => gemv::nt_many(gpu, x, chunk, sg),
                 }
+            }
+        }
+        _ if batched && gemv::takes(x.rows()) => {
+            for chunk in pairs.chunks(gemv::MANY) {
+                blocked::nt_many(gpu, x, chunk);
             }
         }
         _ => {

@@ -310,22 +310,26 @@ gpu_test!(async fn gemv_choice_is_the_faster_agreeing_kernel(gpu) {
 });
 
 // LoRA's down-products of the projections that share one input, computed together as decoding
-// does: each h_j equals its own product's bit for bit, with the one-row kernel chosen (3 in a
-// dispatch, a fourth alone) and without (one product each); K off every multiple; r 8 and 5.
+// does: each h_j equals its own product's bit for bit, with each one-row kernel chosen and with
+// none (3 in a dispatch, a fourth alone); K off every multiple; r 8 and 5.
 gpu_test!(async fn batched_lora_down_products_equal_their_own(gpu) {
     let mut rng = Rng::new(41);
     let choices: Vec<Option<String>> =
         std::iter::once(None).chain(gemv_candidates(gpu).into_iter().map(|c| Some(c.name()))).collect();
     for choice in choices {
         gpu.set_choice(GEMV_CHOICE, choice.clone());
-        for (k, r, count) in [(53, 8, 3), (576, 8, 2), (300, 5, 4)] {
+        for (k, r, count) in [(53, 8, 3usize), (576, 8, 2), (300, 5, 4)] {
             let x = gpu.upload_f32(&rng.vec(k, 1.0), &[1, k], Category::Scratch).unwrap();
             let a: Vec<Tensor> =
                 (0..count).map(|_| gpu.upload_f32(&rng.vec(r * k, 1.0), &[r, k], Category::Scratch).unwrap()).collect();
             let zeros = || gpu.zeros(&[1, r], DType::F32, Category::Scratch).unwrap();
             let (many, own): (Vec<Tensor>, Vec<Tensor>) = (0..count).map(|_| (zeros(), zeros())).unzip();
             let pairs: Vec<(&Tensor, &Tensor)> = a.iter().zip(&many).collect();
+            gpu.profile_start();
             matmul_nt_many(gpu, &x, &pairs);
+            // Up to three products a dispatch, whichever kernel the device chose.
+            let calls = gpu.profile_take().await.unwrap().map_or(0, |p| p.calls());
+            assert_eq!(calls as usize, count.div_ceil(3), "{choice:?} k {k} r {r}: {calls} dispatches for {count}");
             for (a, h) in a.iter().zip(&own) {
                 matmul_nt(gpu, &x, a, None, h, 1.0, 0.0);
             }
