@@ -121,7 +121,7 @@ pub async fn bench_ops(
     tokens: usize,
     reps: usize,
 ) -> Result<Vec<KernelTiming>> {
-    use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
+    use crate::kernels::attention::{self as attn, attention_backward, attention_forward, tuning_of, AttnShape, VARIANTS};
     use crate::kernels::cross_entropy::{lm_head_ce_forward, lm_head_ce_forward_backward, VocabTable};
     use futures_util::FutureExt;
     let mut rng = Rng::new(11);
@@ -136,39 +136,42 @@ pub async fn bench_ops(
     let lse = gpu.zeros(&[cfg.heads * tokens], DType::F32, Category::Activations)?;
     // causal: half of the T×T scores, QK and PV, 2 flops each
     let aflops = 2.0 * 2.0 * (cfg.heads * tokens * tokens * d) as f64 / 2.0;
-    let ms = time_it(gpu, reps, || attention_forward(gpu, &s, &q, &k, &v, None, &o, &lse)).await?;
-    out.push(KernelTiming {
-        shape: name.into(),
-        kernel: "attention forward".into(),
-        dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads),
-        ms,
-        gflops: aflops / ms / 1e6,
-        flops: aflops,
-    });
     let d_o = act(&mut rng, &q.shape)?;
     let (dq, dk, dv) = (
         gpu.zeros(&q.shape, DType::F32, Category::Activations)?,
         gpu.zeros(&k.shape, DType::F32, Category::Activations)?,
         gpu.zeros(&v.shape, DType::F32, Category::Activations)?,
     );
-    let mut err = None;
-    let ms = time_it(gpu, reps, || {
-        if let Err(e) = attention_backward(gpu, &s, &q, &k, &v, &o, &d_o, &lse, None, &dq, &dk, &dv) {
-            err = Some(e);
+    // Every tuning (work split, tiles) through the device's choice, which is put back after.
+    let (chosen, before) = (tuning_of(gpu), gpu.choice(attn::CHOICE));
+    let dims = format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads);
+    for t in VARIANTS {
+        gpu.set_choice(attn::CHOICE, Some(t.name()));
+        let mark = if t == chosen { " *" } else { "" };
+        let ms = time_it(gpu, reps, || attention_forward(gpu, &s, &q, &k, &v, None, &o, &lse)).await;
+        let mut err = None;
+        let bms = time_it(gpu, reps, || {
+            if let Err(e) = attention_backward(gpu, &s, &q, &k, &v, &o, &d_o, &lse, None, &dq, &dk, &dv) {
+                err = Some(e);
+            }
+        })
+        .await;
+        gpu.set_choice(attn::CHOICE, before.clone());
+        let (ms, bms) = (ms?, bms?);
+        if let Some(e) = err {
+            return Err(e.into());
         }
-    })
-    .await?;
-    if let Some(e) = err {
-        return Err(e.into());
+        for (what, ms, flops) in [("forward", ms, aflops), ("backward", bms, 2.5 * aflops)] {
+            out.push(KernelTiming {
+                shape: name.into(),
+                kernel: format!("attention {what} {}{mark}", t.name()),
+                dims: dims.clone(),
+                ms,
+                gflops: flops / ms / 1e6,
+                flops,
+            });
+        }
     }
-    out.push(KernelTiming {
-        shape: name.into(),
-        kernel: "attention backward".into(),
-        dims: format!("T={tokens} H={}/{} D={d}", cfg.heads, cfg.kv_heads),
-        ms,
-        gflops: 2.5 * aflops / ms / 1e6,
-        flops: 2.5 * aflops,
-    });
     let x = act(&mut rng, &[tokens, c])?;
     let w = gpu.upload_f32(&vec![1.0; c], &[c], Category::Weights)?;
     let y = gpu.zeros(&[tokens, c], DType::F32, Category::Activations)?;

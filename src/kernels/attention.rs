@@ -21,21 +21,29 @@ const FWD: &str = include_str!("attention_fwd.wgsl");
 const BWD_DELTA: &str = include_str!("attention_bwd_delta.wgsl");
 const BWD_DQ: &str = include_str!("attention_bwd_dq.wgsl");
 const BWD_DKDV: &str = include_str!("attention_bwd_dkdv.wgsl");
+const FWD_TILED: &str = include_str!("attention_fwd_tiled.wgsl");
+const BWD_DQ_TILED: &str = include_str!("attention_bwd_dq_tiled.wgsl");
+const BWD_DKDV_TILED: &str = include_str!("attention_bwd_dkdv_tiled.wgsl");
 
 /// How the kernels split the work: rows per invocation (query rows in the forward and dq
-/// kernels, key rows in the dk/dv kernel) and invocations per workgroup.
+/// kernels, key rows in the dk/dv kernel), invocations per workgroup, and whether the rows a
+/// workgroup streams (keys in the forward and dq, query rows in dk/dv) pass through
+/// workgroup-memory tiles of at most `tile` rows (0: each invocation reads them from storage).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
     pub fwd: usize,
     pub dq: usize,
     pub dkdv: usize,
     pub wg: usize,
+    pub tile: usize,
 }
 
 impl Tuning {
-    /// "r8.8.4w16": rows per invocation of the forward, dq and dk/dv kernels, and the workgroup.
+    /// "r8.8.4w16": rows per invocation of the forward, dq and dk/dv kernels, and the workgroup;
+    /// "r1.1.1w64t32" with tiles of at most 32 rows.
     pub fn name(self) -> String {
-        format!("r{}.{}.{}w{}", self.fwd, self.dq, self.dkdv, self.wg)
+        let tile = if self.tile > 0 { format!("t{}", self.tile) } else { String::new() };
+        format!("r{}.{}.{}w{}{tile}", self.fwd, self.dq, self.dkdv, self.wg)
     }
     pub fn parse(s: &str) -> Option<Tuning> {
         VARIANTS.into_iter().find(|t| t.name() == s)
@@ -45,16 +53,27 @@ impl Tuning {
 /// The key of attention's variant in the device's kernel choices.
 pub const CHOICE: &str = "attention";
 
-/// The tunings offered to the autotune: [`TUNING`] (the reference, for CPU emulators), and one
+/// The tunings offered to the autotune: [`TUNING`] (the reference, for CPU emulators), one
 /// row per invocation in small and larger workgroups, which gives a GPU 4–8 times the
-/// invocations to spread over its cores. The arithmetic of a row does not depend on the
-/// tuning, so all give the same results.
-pub const VARIANTS: [Tuning; 4] = [
+/// invocations to spread over its cores, and the same with workgroup-memory tiles (a GPU's
+/// invocations then share each k, v, q and dO row they load; a CPU adapter gains nothing from
+/// that, so [`candidates`] leaves them out there). The arithmetic of a row does not depend on
+/// the tuning, so all give the same results.
+pub const VARIANTS: [Tuning; 6] = [
     TUNING,
-    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 16 },
-    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 64 },
-    Tuning { fwd: 2, dq: 2, dkdv: 1, wg: 32 },
+    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 16, tile: 0 },
+    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 64, tile: 0 },
+    Tuning { fwd: 2, dq: 2, dkdv: 1, wg: 32, tile: 0 },
+    Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 64, tile: 32 },
+    Tuning { fwd: 2, dq: 2, dkdv: 2, wg: 32, tile: 32 },
 ];
+
+/// The tunings the autotune times on this device: every one of [`VARIANTS`], but on a CPU
+/// adapter (lavapipe, SwiftShader) not the tiled ones, whose loads from workgroup memory cost
+/// there what loads from storage cost (the tests still run them everywhere).
+pub fn candidates(gpu: &Gpu) -> Vec<Tuning> {
+    VARIANTS.into_iter().filter(|t| t.tile == 0 || !gpu.info.cpu).collect()
+}
 
 /// The tuning this device runs.
 pub fn tuning_of(gpu: &Gpu) -> Tuning {
@@ -66,7 +85,7 @@ pub fn tuning_of(gpu: &Gpu) -> Tuning {
 /// 4 and then has twice the invocations (B·Hkv·T/4), and 16-invocation workgroups leave
 /// lavapipe's threads enough workgroups to share. Real GPUs would want fewer rows (each
 /// invocation holds 3-4 × rows × D floats) or workgroup-memory tiles: not measured yet.
-const TUNING: Tuning = Tuning { fwd: 8, dq: 8, dkdv: 4, wg: 16 };
+const TUNING: Tuning = Tuning { fwd: 8, dq: 8, dkdv: 4, wg: 16, tile: 0 };
 
 /// Sizes of one attention call. q holds `heads` heads and k, v hold `kv_heads`, each of `head_dim`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,10 +144,15 @@ fn params(s: &AttnShape, has_mask: bool, rows: usize) -> Params {
     }
 }
 
-/// Render one kernel for head size `d`, `rows` rows per invocation and `wg` invocations per workgroup.
-fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg: usize) -> Arc<Kernel> {
+/// Render one kernel for head size `d`, `rows` rows per invocation and `wg` invocations per
+/// workgroup (and `tile` rows per workgroup-memory tile, for the tiled kernels).
+fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg: usize, tile: usize) -> Arc<Kernel> {
     let vec = d % 4 == 0;
-    let key = format!("attention_{name}/{d}/{rows}/{wg}");
+    let key = if tile > 0 {
+        format!("attention_{name}_tiled/{d}/{rows}/{wg}/t{tile}")
+    } else {
+        format!("attention_{name}/{d}/{rows}/{wg}")
+    };
     gpu.pipeline(&key, || {
         let n = if vec { d / 4 } else { d };
         unroll(&render(
@@ -140,6 +164,8 @@ fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg:
                 ("R", rows.to_string()),
                 ("RN", (rows * n).to_string()),
                 ("WG", wg.to_string()),
+                ("TK", tile.to_string()),
+                ("TKN", (tile * n).to_string()),
             ],
         ))
     })
@@ -278,11 +304,36 @@ fn forward_with(
         return;
     }
     let p = params(s, mask.is_some(), t.fwd);
-    let pl = pipeline(gpu, "fwd", FWD, s.head_dim, t.fwd, t.wg);
-    let n = s.batch * s.heads * p.nblk as usize;
+    let tile = tile_rows(gpu, t, s.head_dim, 0);
+    let pl = pipeline(gpu, "fwd", if tile > 0 { FWD_TILED } else { FWD }, s.head_dim, t.fwd, t.wg, tile);
     let mask = mask.unwrap_or(gpu.dummy());
-    let w = groups(n.div_ceil(t.wg) as u32);
+    let w = workgroups(s.batch * s.heads, p.nblk as usize, t.wg, tile);
     gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, mask, o, lse], w, pair_flops(s, 4));
+}
+
+/// Rows per workgroup-memory tile for tuning `t` at head size `d`: none for an untiled tuning,
+/// else the most (a power of two, up to `t.tile`) whose two head rows (k and v, or q and dO)
+/// and `extra` bytes each fit the device's workgroup memory.
+fn tile_rows(gpu: &Gpu, t: Tuning, d: usize, extra: usize) -> usize {
+    if t.tile == 0 {
+        return 0;
+    }
+    let fit = gpu.info.max_compute_workgroup_storage_size as usize / (2 * d * 4 + extra);
+    let mut rows = t.tile.next_power_of_two();
+    while rows > 1 && rows > fit {
+        rows /= 2;
+    }
+    rows
+}
+
+/// Workgroups for `heads` (batch, head) pairs of `nblk` blocks each: `wg` blocks per
+/// workgroup, which the tiled kernels keep within one (batch, head) (they share its rows).
+fn workgroups(heads: usize, nblk: usize, wg: usize, tile: usize) -> (u32, u32, u32) {
+    if tile > 0 {
+        groups((heads * nblk.div_ceil(wg)) as u32)
+    } else {
+        groups((heads * nblk).div_ceil(wg) as u32)
+    }
 }
 
 /// Work of a pass over the causal (query, key) pairs, B·Hq·T(T+1)/2 of them, at `per_d`·D
@@ -362,7 +413,7 @@ fn backward_stats(
 ) -> Result<Tensor, GpuError> {
     let stats = gpu.zeros(&[s.rows(), 2], DType::F32, Category::Scratch)?;
     let p = params(s, false, 1);
-    let pl = pipeline(gpu, "bwd_delta", BWD_DELTA, s.head_dim, 1, t.wg);
+    let pl = pipeline(gpu, "bwd_delta", BWD_DELTA, s.head_dim, 1, t.wg, 0);
     gpu.dispatch(&pl, bytemuck::bytes_of(&p), &[o, d_o, lse, &stats], groups(s.rows().div_ceil(t.wg) as u32));
     Ok(stats)
 }
@@ -370,11 +421,11 @@ fn backward_stats(
 /// Step 2: dq from [q, k, v, dO, stats].
 fn backward_dq(gpu: &Gpu, s: &AttnShape, x: [&Tensor; 5], mask: Option<&Tensor>, dq: &Tensor, t: Tuning) {
     let p = params(s, mask.is_some(), t.dq);
-    let pl = pipeline(gpu, "bwd_dq", BWD_DQ, s.head_dim, t.dq, t.wg);
-    let n = s.batch * s.heads * p.nblk as usize;
+    let tile = tile_rows(gpu, t, s.head_dim, 0);
+    let pl = pipeline(gpu, "bwd_dq", if tile > 0 { BWD_DQ_TILED } else { BWD_DQ }, s.head_dim, t.dq, t.wg, tile);
     let [q, k, v, d_o, stats] = x;
     let mask = mask.unwrap_or(gpu.dummy());
-    let w = groups(n.div_ceil(t.wg) as u32);
+    let w = workgroups(s.batch * s.heads, p.nblk as usize, t.wg, tile);
     gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dq], w, pair_flops(s, 6));
 }
 
@@ -390,15 +441,17 @@ fn backward_dkdv(
     t: Tuning,
 ) {
     let p = params(s, mask.is_some(), t.dkdv);
-    let pl = pipeline(gpu, "bwd_dkdv", BWD_DKDV, s.head_dim, t.dkdv, t.wg);
-    let n = s.batch * s.kv_heads * p.nblk as usize;
+    // A tile row: q and dO, and the (lse, delta) pair.
+    let tile = tile_rows(gpu, t, s.head_dim, 8);
+    let src = if tile > 0 { BWD_DKDV_TILED } else { BWD_DKDV };
+    let pl = pipeline(gpu, "bwd_dkdv", src, s.head_dim, t.dkdv, t.wg, tile);
     let [q, k, v, d_o, stats] = x;
     let mask = mask.unwrap_or(gpu.dummy());
-    let w = groups(n.div_ceil(t.wg) as u32);
+    let w = workgroups(s.batch * s.kv_heads, p.nblk as usize, t.wg, tile);
     gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, d_o, stats, mask, dk, dv], w, pair_flops(s, 8));
 }
 
-/// Time every tuning ([`VARIANTS`]) on a forward and a backward at shape `s` (random inputs),
+/// Time every tuning of [`candidates`] on a forward and a backward at shape `s` (random inputs),
 /// after checking that it gives the reference tuning's results, and run the fastest on this
 /// device from now on.
 pub async fn choose(gpu: &Gpu, s: &AttnShape, reps: usize) -> Result<Vec<crate::kernels::tune::Measured>, GpuError> {
@@ -420,7 +473,7 @@ pub async fn choose(gpu: &Gpu, s: &AttnShape, reps: usize) -> Result<Vec<crate::
         (zeros(&[n, qd])?, zeros(&[s.rows()])?, zeros(&[n, qd])?, zeros(&[n, kd])?, zeros(&[n, kd])?);
     let mut reference: Option<Vec<Vec<f32>>> = None;
     let mut out = Vec::new();
-    for t in VARIANTS {
+    for t in candidates(gpu) {
         let mut failed = None;
         let mut run = || {
             forward_with(gpu, s, &q, &k, &v, None, &o, &lse, t);

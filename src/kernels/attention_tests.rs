@@ -87,7 +87,7 @@ async fn check(gpu: &Gpu, c: &Case, t: Tuning) {
         gpu.upload_f32(&vec![7.0; s.kv_len()], &v.shape, Category::Grads).unwrap(),
     );
     let m = c.tmask.as_ref();
-    if t.fwd == TUNING.fwd && t.dq == TUNING.dq && t.dkdv == TUNING.dkdv && t.wg == TUNING.wg {
+    if t == TUNING {
         attention_forward(gpu, s, q, k, v, m, &o, &lse);
         attention_backward(gpu, s, q, k, v, &o, g, &lse, m, &dq, &dk, &dv).unwrap();
     } else {
@@ -149,7 +149,7 @@ gpu_test!(async fn attention_work_split_variants(gpu) {
     let s = shape(2, 13, 6, 2, 8);
     let c = case(gpu, s, Some(padding(&s, 3, 2)), 8);
     for (fwd, dq, dkdv, wg) in [(1, 1, 1, 8), (3, 3, 3, 16), (4, 4, 4, 64), (5, 2, 16, 32)] {
-        check(gpu, &c, Tuning { fwd, dq, dkdv, wg }).await;
+        check(gpu, &c, Tuning { fwd, dq, dkdv, wg, tile: 0 }).await;
     }
     // Every tuning the autotune may choose.
     for t in VARIANTS {
@@ -158,14 +158,37 @@ gpu_test!(async fn attention_work_split_variants(gpu) {
     let s = shape(1, 11, 2, 1, 5);
     let c = case(gpu, s, Some(padding(&s, 0, 4)), 9);
     for (fwd, dq, dkdv, wg) in [(1, 1, 1, 8), (4, 3, 4, 16)] {
-        check(gpu, &c, Tuning { fwd, dq, dkdv, wg }).await;
+        check(gpu, &c, Tuning { fwd, dq, dkdv, wg, tile: 0 }).await;
     }
+});
+
+gpu_test!(async fn attention_tiled_variants(gpu) {
+    // Workgroup-memory tiles: tiles smaller than a workgroup's rows and larger, tails of a tile
+    // (T % tile != 0), workgroups past the last block, GQA groups, padding, the scalar path
+    // (D = 5, 10); every result as the reference tuning's, against the f64 reference.
+    let s = shape(2, 13, 6, 2, 8);
+    let c = case(gpu, s, Some(padding(&s, 3, 2)), 12);
+    for (fwd, dq, dkdv, wg, tile) in [(1, 1, 1, 8, 4), (3, 2, 3, 4, 2), (2, 2, 2, 16, 32), (1, 1, 1, 64, 1), (5, 4, 16, 2, 8)] {
+        check(gpu, &c, Tuning { fwd, dq, dkdv, wg, tile }).await;
+    }
+    let s = shape(1, 11, 2, 1, 5);
+    let c = case(gpu, s, Some(padding(&s, 0, 4)), 13);
+    check(gpu, &c, Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 4, tile: 4 }).await;
+    let s = shape(2, 5, 2, 1, 10);
+    let c = case(gpu, s, Some(vec![0, 0, 0, 0, 1, 0, 0, 0, 0, 0]), 14);
+    check(gpu, &c, Tuning { fwd: 2, dq: 1, dkdv: 2, wg: 2, tile: 2 }).await;
+    // A tile is cut to what the device's workgroup memory holds.
+    let t = Tuning { fwd: 1, dq: 1, dkdv: 1, wg: 64, tile: 1 << 20 };
+    let rows = tile_rows(gpu, t, 64, 8);
+    assert!(rows.is_power_of_two() && rows * (2 * 64 * 4 + 8) <= gpu.info.max_compute_workgroup_storage_size as usize);
+    assert_eq!(tile_rows(gpu, VARIANTS[0], 64, 0), 0);
 });
 
 gpu_test!(async fn attention_choose_checks_and_picks_a_tuning(gpu) {
     let s = shape(1, 37, 4, 2, 16);
     let m = choose(gpu, &s, 1).await.expect("chooses");
-    assert_eq!(m.len(), VARIANTS.len());
+    assert_eq!(m.len(), candidates(gpu).len());
+    assert_eq!(candidates(gpu).iter().any(|t| t.tile > 0), !gpu.info.cpu);
     assert!(m.iter().all(|x| x.agrees && x.family == CHOICE), "{m:?}");
     assert_eq!(m.iter().filter(|x| x.chosen).count(), 1, "{m:?}");
     let chosen = m.iter().find(|x| x.chosen).map(|x| x.variant.clone());
@@ -251,8 +274,8 @@ fn attention_bench() {
             .map(|v| {
                 v.split(',')
                     .map(|x| x.split('/').filter_map(|r| r.trim().parse().ok()).collect::<Vec<usize>>())
-                    .filter(|r| r.len() == 4 && !r.contains(&0))
-                    .map(|r| Tuning { fwd: r[0], dq: r[1], dkdv: r[2], wg: r[3] })
+                    .filter(|r| (r.len() == 4 || r.len() == 5) && !r[..4].contains(&0))
+                    .map(|r| Tuning { fwd: r[0], dq: r[1], dkdv: r[2], wg: r[3], tile: r.get(4).copied().unwrap_or(0) })
                     .collect()
             })
             .unwrap_or_else(|_| vec![TUNING]);
@@ -265,7 +288,7 @@ fn attention_bench() {
                 ("bwd_dq", BWD_DQ, TUNING.dq),
                 ("bwd_dkdv", BWD_DKDV, TUNING.dkdv),
             ] {
-                pipeline(gpu, name, src, d, rows, TUNING.wg);
+                pipeline(gpu, name, src, d, rows, TUNING.wg, 0);
             }
             gpu.sync().await.unwrap();
             println!("D={d}: creating the 4 pipelines took {:.0} ms", now_ms() - t0);
