@@ -42,6 +42,7 @@ impl Gpu {
             return p.clone();
         }
         let src = make_source();
+        let src = format!("{}{src}", crate::platform::wgsl_enables(&src));
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key),
             source: wgpu::ShaderSource::Wgsl(src.into()),

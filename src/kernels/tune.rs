@@ -125,8 +125,9 @@ impl Tuned {
 
 /// Bumped when the autotune's measurement changes, so choices cached by an earlier one are
 /// measured again (2: one-row kernels timed streaming their weights; 3: the rows one-row
-/// kernels are candidates).
-const TUNE_VERSION: u32 = 3;
+/// kernels are candidates; 4: browsers with subgroups get the subgroup kernels, GPUs tiled
+/// attention).
+const TUNE_VERSION: u32 = 4;
 
 /// The autotune's version, the adapter (name, backend, vendor and device ids, driver, subgroup
 /// sizes, limits) and the model shape a choice was made for.

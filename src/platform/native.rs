@@ -24,6 +24,12 @@ pub fn poll_wait_for(device: &wgpu::Device, index: Option<wgpu::SubmissionIndex>
     let _ = device.poll(wgpu::PollType::Wait { submission_index: index, timeout: None });
 }
 
+/// The `enable` directives a WGSL source needs here: none (naga takes subgroup builtins without
+/// `enable subgroups;`, which it does not know yet; browsers want it, see the web side).
+pub fn wgsl_enables(_src: &str) -> &'static str {
+    ""
+}
+
 /// Which backends to ask for: Vulkan (lavapipe without a GPU), or `WGPU_BACKEND`'s list.
 pub fn backends() -> wgpu::Backends {
     match std::env::var("WGPU_BACKEND") {

@@ -20,6 +20,17 @@ pub fn backends() -> wgpu::Backends {
     wgpu::Backends::BROWSER_WEBGPU
 }
 
+/// The `enable` directives a WGSL source needs here: browsers (Tint) want subgroup builtins
+/// declared with `enable subgroups;`, which naga (native) does not know yet.
+pub fn wgsl_enables(src: &str) -> &'static str {
+    let uses = ["subgroupAdd", "subgroupBroadcast", "subgroupShuffle", "subgroup_invocation_id", "subgroup_size"];
+    if uses.iter().any(|b| src.contains(b)) && !src.contains("enable subgroups;") {
+        "enable subgroups;\n"
+    } else {
+        ""
+    }
+}
+
 /// Milliseconds (`Date.now()`; benchmarks, progress, step times).
 pub fn now_ms() -> f64 {
     js_sys::Date::now()
