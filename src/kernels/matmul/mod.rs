@@ -220,7 +220,10 @@ pub fn gate_up_swiglu_row(
 /// (the subgroup kernel's where the device chose it, else the register-blocked kernel's);
 /// otherwise each is its own [`matmul_nt`].
 pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
+    // Rank 0 (or no rows) has nothing to compute: each product's own call returns at once.
     let batched = pairs.len() > 1
+        && x.rows() > 0
+        && pairs[0].0.rows() > 0
         && x.dtype == DType::F32
         && pairs.iter().all(|(a, h)| {
             a.dtype == DType::F32

@@ -339,6 +339,14 @@ gpu_test!(async fn batched_lora_down_products_equal_their_own(gpu) {
                 assert!(o.iter().any(|&v| v != 0.0));
             }
         }
+        // Rank 0 (`bench decode --rank 0`): nothing to compute, no dispatch.
+        let x = gpu.upload_f32(&rng.vec(64, 1.0), &[1, 64], Category::Scratch).unwrap();
+        let a = gpu.zeros(&[0, 64], DType::F32, Category::Scratch).unwrap();
+        let h = gpu.zeros(&[1, 0], DType::F32, Category::Scratch).unwrap();
+        gpu.profile_start();
+        matmul_nt_many(gpu, &x, &[(&a, &h), (&a, &h), (&a, &h)]);
+        let calls = gpu.profile_take().await.unwrap().map_or(0, |p| p.calls());
+        assert_eq!(calls, 0, "{choice:?}: rank 0");
     }
     gpu.set_choice(GEMV_CHOICE, None);
 });
