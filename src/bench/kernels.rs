@@ -5,7 +5,10 @@ use crate::base::config::ModelConfig;
 use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu, Tensor};
-use crate::kernels::matmul::{matmul_nn_with, matmul_nt, matmul_nt_with, matmul_tn, runnable, Variant};
+use crate::kernels::matmul::{
+    gemv_variants, matmul_nn_with, matmul_nt, matmul_nt_with, matmul_tn, runnable, Variant, BLOCKED, GEMV_CHOICE,
+    SPLIT_K, THIN_CHOICE,
+};
 use crate::platform::now_ms;
 
 /// One measured kernel.
@@ -38,7 +41,8 @@ fn rand(gpu: &Gpu, rng: &mut Rng, shape: &[usize], dtype: DType, cat: Category) 
 
 /// The matmul products of one block at `tokens` tokens, forward and backward: the frozen
 /// products x·Wᵀ and dy·W with every variant this device can run ([`runnable`]; `chosen`
-/// marks the one [`crate::kernels::tune`] picked), and LoRA's thin products.
+/// marks the one [`crate::kernels::tune`] picked), LoRA's thin products and one token's x·Wᵀ
+/// with each kernel of theirs.
 pub async fn bench_matmuls(
     gpu: &Gpu,
     name: &str,
@@ -86,29 +90,53 @@ pub async fn bench_matmuls(
                 flops,
             });
         }
-        // LoRA thin products
+        // LoRA thin products, with each kernel the device may choose for them (the choice is
+        // put back after).
         let a = rand(gpu, &mut rng, &[rank, din], DType::F32, Category::Lora)?;
         let h = gpu.zeros(&[tokens, rank], DType::F32, Category::Activations)?;
-        let lflops = 2.0 * (tokens * din * rank) as f64;
-        let ms = time_it(gpu, reps, || matmul_nt(gpu, &x, &a, None, &h, 1.0, 0.0)).await?;
-        out.push(KernelTiming {
-            shape: name.into(),
-            kernel: format!("{proj} h = x·Aᵀ (nt, r={rank})"),
-            dims: format!("{tokens}x{din}x{rank}"),
-            ms,
-            gflops: lflops / ms / 1e6,
-            flops: lflops,
-        });
         let da = gpu.zeros(&[rank, din], DType::F32, Category::Grads)?;
-        let ms = time_it(gpu, reps, || matmul_tn(gpu, &h, &x, &da, 1.0, 1.0)).await?;
-        out.push(KernelTiming {
-            shape: name.into(),
-            kernel: format!("{proj} dA = gᵀ·x (tn, r={rank})"),
-            dims: format!("{rank}x{tokens}x{din}"),
-            ms,
-            gflops: lflops / ms / 1e6,
-            flops: lflops,
-        });
+        let lflops = 2.0 * (tokens * din * rank) as f64;
+        let before = gpu.choice(THIN_CHOICE);
+        for thin in [BLOCKED, SPLIT_K] {
+            let mark = if before.as_deref().unwrap_or(BLOCKED) == thin { " *" } else { "" };
+            gpu.set_choice(THIN_CHOICE, (thin != BLOCKED).then(|| thin.to_string()));
+            let ms = time_it(gpu, reps, || matmul_nt(gpu, &x, &a, None, &h, 1.0, 0.0)).await;
+            let tms = time_it(gpu, reps, || matmul_tn(gpu, &h, &x, &da, 1.0, 1.0)).await;
+            gpu.set_choice(THIN_CHOICE, before.clone());
+            for (what, dims, ms) in [
+                ("h = x·Aᵀ (nt", format!("{tokens}x{din}x{rank}"), ms?),
+                ("dA = gᵀ·x (tn", format!("{rank}x{tokens}x{din}"), tms?),
+            ] {
+                out.push(KernelTiming {
+                    shape: name.into(),
+                    kernel: format!("{proj} {what}, r={rank}) {thin}{mark}"),
+                    dims,
+                    ms,
+                    gflops: lflops / ms / 1e6,
+                    flops: lflops,
+                });
+            }
+        }
+        // Decoding's one-row product (y = x·Wᵀ for one token), with every one-row kernel.
+        let x1 = rand(gpu, &mut rng, &[1, din], DType::F32, Category::Activations)?;
+        let y1 = gpu.zeros(&[1, dout], DType::F32, Category::Activations)?;
+        let gflops1 = 2.0 * (din * dout) as f64;
+        let before = gpu.choice(GEMV_CHOICE);
+        for g in std::iter::once(BLOCKED.to_string()).chain(gemv_variants(gpu)) {
+            let mark = if before.as_deref().unwrap_or(BLOCKED) == g { " *" } else { "" };
+            gpu.set_choice(GEMV_CHOICE, (g != BLOCKED).then(|| g.clone()));
+            let ms = time_it(gpu, reps, || matmul_nt(gpu, &x1, &w, None, &y1, 1.0, 0.0)).await;
+            gpu.set_choice(GEMV_CHOICE, before.clone());
+            let ms = ms?;
+            out.push(KernelTiming {
+                shape: name.into(),
+                kernel: format!("{proj} one token x·Wᵀ bf16 {g}{mark}"),
+                dims: format!("1x{din}x{dout}"),
+                ms,
+                gflops: gflops1 / ms / 1e6,
+                flops: gflops1,
+            });
+        }
     }
     Ok(out)
 }
@@ -121,7 +149,9 @@ pub async fn bench_ops(
     tokens: usize,
     reps: usize,
 ) -> Result<Vec<KernelTiming>> {
-    use crate::kernels::attention::{self as attn, attention_backward, attention_forward, tuning_of, AttnShape, VARIANTS};
+    use crate::kernels::attention::{
+        self as attn, attention_backward, attention_forward, tuning_of, AttnShape, VARIANTS,
+    };
     use crate::kernels::cross_entropy::{lm_head_ce_forward, lm_head_ce_forward_backward, VocabTable};
     use futures_util::FutureExt;
     let mut rng = Rng::new(11);
@@ -253,4 +283,41 @@ pub async fn bench_ops(
         flops: 2.0 * cflops,
     });
     Ok(out)
+}
+
+// Native only: `bench kernels` is the CLI's, and in Chromium it would compile every tiling on
+// SwiftShader.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    // Every kernel of each family is timed and exactly one of each (per projection) is marked
+    // as the device's choice; the choices are left as they were.
+    #[test]
+    fn bench_lists_every_variant_and_marks_the_chosen() {
+        crate::platform::block_on(async {
+            let gpu = &crate::kernels::testutil::test_gpu().await;
+            let cfg = crate::formats::testdata::tiny_config(false);
+            let before = [THIN_CHOICE, GEMV_CHOICE, crate::kernels::attention::CHOICE].map(|f| gpu.choice(f));
+            let rows = bench_matmuls(gpu, "tiny", &cfg, 16, 4, 1).await.expect("bench_matmuls");
+            let rows: Vec<KernelTiming> =
+                rows.into_iter().chain(bench_ops(gpu, "tiny", &cfg, 16, 1).await.expect("bench_ops")).collect();
+            let after = [THIN_CHOICE, GEMV_CHOICE, crate::kernels::attention::CHOICE].map(|f| gpu.choice(f));
+            assert_eq!(before, after);
+            let group = |part: &str| -> Vec<&KernelTiming> {
+                rows.iter().filter(|r| r.kernel.starts_with("q_proj") && r.kernel.contains(part)).collect()
+            };
+            for (part, n) in
+                [("h = x·Aᵀ", 2), ("one token", 1 + gemv_variants(gpu).len()), ("x·Wᵀ nt bf16", runnable(gpu).len())]
+            {
+                let g = group(part);
+                assert_eq!(g.len(), n, "{part}: {:?}", g.iter().map(|r| &r.kernel).collect::<Vec<_>>());
+                assert_eq!(g.iter().filter(|r| r.kernel.ends_with(" *")).count(), 1, "{part}");
+                assert!(g.iter().all(|r| r.ms > 0.0 && r.gflops.is_finite()));
+            }
+            let attn: Vec<&KernelTiming> = rows.iter().filter(|r| r.kernel.starts_with("attention forward")).collect();
+            assert_eq!(attn.len(), crate::kernels::attention::VARIANTS.len());
+            assert_eq!(attn.iter().filter(|r| r.kernel.ends_with(" *")).count(), 1);
+        });
+    }
 }

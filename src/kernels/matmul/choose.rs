@@ -54,6 +54,12 @@ pub(super) fn gemv_candidates(gpu: &Gpu) -> Vec<Gemv> {
     out
 }
 
+/// The names of the one-row kernels this device can run besides the register-blocked one (what
+/// `webtune bench kernels` times).
+pub fn gemv_variants(gpu: &Gpu) -> Vec<String> {
+    gemv_candidates(gpu).into_iter().map(Gemv::name).collect()
+}
+
 /// Whether `name` is a one-row kernel this device can run (a cached choice still valid).
 pub fn gemv_runnable(gpu: &Gpu, name: &str) -> bool {
     Gemv::parse(name).is_some_and(|c| gemv_candidates(gpu).contains(&c))

@@ -37,7 +37,7 @@ pub mod shared;
 mod thin;
 pub mod tiled;
 
-pub use choose::{agrees, candidates, choose, choose_gemv, choose_thin, gemv_runnable, runnable};
+pub use choose::{agrees, candidates, choose, choose_gemv, choose_thin, gemv_runnable, gemv_variants, runnable};
 pub use choose::{BLOCKED, CHOICE, GEMV_CHOICE, SPLIT_K, THIN_CHOICE};
 pub use lora::Fused;
 
