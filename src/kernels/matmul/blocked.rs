@@ -408,16 +408,16 @@ pub(super) fn lora_key(fused: Option<Fused>) -> &'static str {
     }
 }
 
-/// The workgroup's invocations along N and M: 8 × 8, or all along the one dimension that has
-/// more than 8 (one 8-wide block) outputs — the thin LoRA products (N or M = r ≤ 8) would
-/// otherwise leave 7 of every 8 invocations without work. Thin products along M (h = x·Aᵀ,
-/// g = dy·B: N = r) take workgroups of 8, one SIMD vector of a CPU adapter: a (256, 8) product
-/// is 32 invocations, which as one workgroup of 64 ran on one of lavapipe's threads while the
-/// other idled (4 workgroups of 8: 1.6–2× faster; 16, 32 or 64 no faster than 64). A few rows of A (decoding) with a
-/// modest N take workgroups of 8 to 64 invocations along N, so that there are at least 16 of
-/// them: one token's q_proj (N = 576) is 72 invocations, which as 64 + 8 would keep one core of
-/// a CPU adapter busy while the other idles, and one SM of a GPU out of a hundred. Otherwise
-/// 8 × 8, or fewer along M where that computes fewer rows past M (an MLP chunk).
+/// The workgroup's invocations along N and M: 8 × 8, or all along the one dimension that has more
+/// than 8 (one 8-wide block) outputs — the thin LoRA products (N or M = r ≤ 8) would otherwise
+/// leave 7 of every 8 invocations without work. Thin products along M (h = x·Aᵀ, g = dy·B: N = r)
+/// take workgroups of 8, one SIMD vector of a CPU adapter: a (256, 8) product is 32 invocations,
+/// which as one workgroup of 64 ran on one of lavapipe's threads while the other idled (4
+/// workgroups of 8: 1.6–2× faster; 16, 32 or 64 no faster than 64). A few rows of A (decoding) with
+/// a modest N take workgroups of 8 to 64 invocations along N, so that there are at least 16 of
+/// them: one token's q_proj (N = 576) is 72 invocations, which as 64 + 8 would keep one core of a
+/// CPU adapter busy while the other idles, and one SM of a GPU out of a hundred. Otherwise 8 × 8,
+/// or fewer along M where that computes fewer rows past M (an MLP chunk).
 fn lanes(m: usize, n: usize) -> (usize, usize) {
     match (m <= 8, n <= 8) {
         (false, true) => (1, 8),
@@ -456,8 +456,9 @@ pub(super) fn nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
     let key = format!("matmul_nt/blocked_many/{count}/{vec}");
     let pipeline = gpu.pipeline(&key, || {
         let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", vec);
-        let mut s = String::from(
-            "// h_j (1, N) = x (1, K) · A_jᵀ for each j: one invocation per 8 outputs of one h_j, the register-blocked loop.\nstruct Params {\n    M: u32, N: u32, K: u32,\n    ldb: u32,\n    alpha: f32, beta: f32,\n    has_bias: u32,\n    qoff: u32,\n    rank: u32,\n    ls: f32,\n    _q0: u32, _q1: u32,\n}\n@group(0) @binding(0) var<uniform> p: Params;\n",
+        let mut s = format!(
+            "// h_j (1, N) = x (1, K) · A_jᵀ for each j: one invocation per 8 outputs of one h_j, the register-blocked loop.\n{}@group(0) @binding(0) var<uniform> p: Params;\n",
+            super::gemv::PARAMS
         );
         s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (1, K)\n{la}");
         let mut branches = String::new();

@@ -88,7 +88,7 @@ pub(super) fn run(
 }
 
 /// The WGSL of [`Params`], as the kernels here bind it.
-const PARAMS: &str = "struct Params {
+pub(super) const PARAMS: &str = "struct Params {
     M: u32, N: u32, K: u32,
     ldb: u32,      // W row stride in storage words
     alpha: f32, beta: f32,
