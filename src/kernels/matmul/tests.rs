@@ -398,3 +398,14 @@ gpu_test!(async fn gate_up_swiglu_row_equals_its_three_dispatches(gpu) {
     gpu.set_choice(GEMV_CHOICE, None);
     assert!(!gate_up_swiglu_row(gpu, &x, (&w, None), (&w, None), &m));
 });
+
+// The patched wgpu (vendor/) asks browsers for subgroups, which SwiftShader in the tests'
+// Chromium has (4 lanes), so the subgroup variants run and are tested there; a wgpu without the
+// mapping would drop them silently. (Natively this checks nothing: lavapipe's subgroups come
+// through wgpu-core.)
+gpu_test!(async fn browser_device_gets_subgroups(gpu) {
+    if crate::platform::BROWSER && gpu.info.cpu {
+        assert!(gpu.info.subgroups, "SwiftShader lists subgroups but the device did not get them: {:?}", gpu.info);
+        assert!(runnable(gpu).iter().any(|v| matches!(v, Variant::Shared { .. })), "{:?}", gpu.info);
+    }
+});
