@@ -10,7 +10,9 @@
 //!
 //! Each WGSL kernel is instantiated for one head size D (vec4 loads when D % 4 == 0, scalar
 //! otherwise), a number of rows per invocation and a workgroup size, all in the pipeline cache
-//! key; its loops over rows and over D are unrolled by [`unroll`] before compilation.
+//! key; its loops over rows and over D are unrolled by [`unroll`] before compilation. The
+//! forward, dq and dk/dv templates each make two kernels ([`sections`]): untiled, and with
+//! workgroup-memory tiles for GPUs; a row's arithmetic is written once and shared by both.
 
 use crate::gpu::Kernel;
 use crate::gpu::{groups, Category, DType, Gpu, GpuError, Tensor};
@@ -21,9 +23,9 @@ const FWD: &str = include_str!("attention_fwd.wgsl");
 const BWD_DELTA: &str = include_str!("attention_bwd_delta.wgsl");
 const BWD_DQ: &str = include_str!("attention_bwd_dq.wgsl");
 const BWD_DKDV: &str = include_str!("attention_bwd_dkdv.wgsl");
-const FWD_TILED: &str = include_str!("attention_fwd_tiled.wgsl");
-const BWD_DQ_TILED: &str = include_str!("attention_bwd_dq_tiled.wgsl");
-const BWD_DKDV_TILED: &str = include_str!("attention_bwd_dkdv_tiled.wgsl");
+/// Parts of FWD and BWD_DQ: the query rows an invocation takes, and the walk over their keys.
+const ROWS: &str = include_str!("attention_rows.wgsl");
+const KEYS: &str = include_str!("attention_keys.wgsl");
 
 /// How the kernels split the work: rows per invocation (query rows in the forward and dq
 /// kernels, key rows in the dk/dv kernel), invocations per workgroup, and whether the rows a
@@ -145,7 +147,7 @@ fn params(s: &AttnShape, has_mask: bool, rows: usize) -> Params {
 }
 
 /// Render one kernel for head size `d`, `rows` rows per invocation and `wg` invocations per
-/// workgroup (and `tile` rows per workgroup-memory tile, for the tiled kernels).
+/// workgroup, with `tile` rows per workgroup-memory tile (0: the untiled kernel).
 fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg: usize, tile: usize) -> Arc<Kernel> {
     let vec = d % 4 == 0;
     let key = if tile > 0 {
@@ -155,9 +157,14 @@ fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg:
     };
     gpu.pipeline(&key, || {
         let n = if vec { d / 4 } else { d };
+        let (ks, vs, qs, gs) = if tile > 0 { ("kt", "vt", "qt", "gt") } else { ("k", "v", "q", "d_o") };
         unroll(&render(
-            src,
+            &kernel_of(src, tile > 0),
             &[
+                ("KS", ks.into()),
+                ("VS", vs.into()),
+                ("QS", qs.into()),
+                ("GS", gs.into()),
                 ("V", if vec { "vec4<f32>" } else { "f32" }.into()),
                 ("DOT", if vec { "return dot(a, b);" } else { "return a * b;" }.into()),
                 ("N", n.to_string()),
@@ -169,6 +176,32 @@ fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg:
             ],
         ))
     })
+}
+
+/// The untiled or the tiled kernel of a template, its shared parts put in ([`sections`]).
+fn kernel_of(src: &str, tiled: bool) -> String {
+    sections(&render(src, &[("ROWS", ROWS.into()), ("KEYS", KEYS.into())]), tiled)
+}
+
+/// Keep the lines of one kernel of a template: those between a line `//#tiled` and the next
+/// `//#untiled` or `//#end` only when `tiled`, those between `//#untiled` and the next `//#tiled`
+/// or `//#end` only when not; lines outside such sections always (the marker lines never).
+fn sections(src: &str, tiled: bool) -> String {
+    let mut keep = true;
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        match line.trim() {
+            "//#tiled" => keep = tiled,
+            "//#untiled" => keep = !tiled,
+            "//#end" => keep = true,
+            _ if keep => {
+                out.push_str(line);
+                out.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Expand every loop written `for (var x = 0u; x < Ku; x++) { // unroll` (K a literal) into K
@@ -305,7 +338,7 @@ fn forward_with(
     }
     let p = params(s, mask.is_some(), t.fwd);
     let tile = tile_rows(gpu, t, s.head_dim, 0);
-    let pl = pipeline(gpu, "fwd", if tile > 0 { FWD_TILED } else { FWD }, s.head_dim, t.fwd, t.wg, tile);
+    let pl = pipeline(gpu, "fwd", FWD, s.head_dim, t.fwd, t.wg, tile);
     let mask = mask.unwrap_or(gpu.dummy());
     let w = workgroups(s.batch * s.heads, p.nblk as usize, t.wg, tile);
     gpu.dispatch_flops(&pl, bytemuck::bytes_of(&p), &[q, k, v, mask, o, lse], w, pair_flops(s, 4));
@@ -313,12 +346,13 @@ fn forward_with(
 
 /// Rows per workgroup-memory tile for tuning `t` at head size `d`: none for an untiled tuning,
 /// else the most (a power of two, up to `t.tile`) whose two head rows (k and v, or q and dO)
-/// and `extra` bytes each fit the device's workgroup memory.
+/// and `extra` bytes each fit the device's workgroup memory; none (the untiled kernel) where
+/// not even one row fits.
 fn tile_rows(gpu: &Gpu, t: Tuning, d: usize, extra: usize) -> usize {
-    if t.tile == 0 {
+    let fit = gpu.info.max_compute_workgroup_storage_size as usize / (2 * d * 4 + extra);
+    if t.tile == 0 || fit == 0 {
         return 0;
     }
-    let fit = gpu.info.max_compute_workgroup_storage_size as usize / (2 * d * 4 + extra);
     let mut rows = t.tile.next_power_of_two();
     while rows > 1 && rows > fit {
         rows /= 2;
@@ -422,7 +456,7 @@ fn backward_stats(
 fn backward_dq(gpu: &Gpu, s: &AttnShape, x: [&Tensor; 5], mask: Option<&Tensor>, dq: &Tensor, t: Tuning) {
     let p = params(s, mask.is_some(), t.dq);
     let tile = tile_rows(gpu, t, s.head_dim, 0);
-    let pl = pipeline(gpu, "bwd_dq", if tile > 0 { BWD_DQ_TILED } else { BWD_DQ }, s.head_dim, t.dq, t.wg, tile);
+    let pl = pipeline(gpu, "bwd_dq", BWD_DQ, s.head_dim, t.dq, t.wg, tile);
     let [q, k, v, d_o, stats] = x;
     let mask = mask.unwrap_or(gpu.dummy());
     let w = workgroups(s.batch * s.heads, p.nblk as usize, t.wg, tile);
@@ -443,8 +477,7 @@ fn backward_dkdv(
     let p = params(s, mask.is_some(), t.dkdv);
     // A tile row: q and dO, and the (lse, delta) pair.
     let tile = tile_rows(gpu, t, s.head_dim, 8);
-    let src = if tile > 0 { BWD_DKDV_TILED } else { BWD_DKDV };
-    let pl = pipeline(gpu, "bwd_dkdv", src, s.head_dim, t.dkdv, t.wg, tile);
+    let pl = pipeline(gpu, "bwd_dkdv", BWD_DKDV, s.head_dim, t.dkdv, t.wg, tile);
     let [q, k, v, d_o, stats] = x;
     let mask = mask.unwrap_or(gpu.dummy());
     let w = workgroups(s.batch * s.kv_heads, p.nblk as usize, t.wg, tile);

@@ -2,6 +2,14 @@
 // One invocation per R consecutive query rows of one (batch, head); keys are streamed one at a
 // time through an online softmax, so nothing of size T×T exists. Saves lse for the backward.
 // V is vec4<f32> when D % 4 == 0, else f32; N values of V make one head row of D floats.
+// Two kernels from this one template (the launcher keeps the lines marked for the kernel it
+// builds, see `sections` in attention.rs; KS and VS name the arrays keys are read from):
+// untiled, each invocation reads its keys from storage, in one pass; tiled (for GPUs), a
+// workgroup takes WG consecutive blocks of one (batch, head) and streams the keys its last row
+// sees through workgroup memory, TK at a time, so each k and v row is read from storage once per
+// workgroup. A row's arithmetic is the same in both, key by key in the same order. The rows an
+// invocation takes and the walk over its keys are attention_rows.wgsl and attention_keys.wgsl,
+// shared with attention_bwd_dq.wgsl.
 // Loops marked `// unroll` are expanded by the launcher, so the per-invocation arrays are
 // indexed by constants and stay in registers.
 // Every per-invocation array is zeroed by explicit stores, never by the declaration's implicit
@@ -10,6 +18,7 @@
 alias V = {{V}};
 const N: u32 = {{N}}u;      // V values per head row (D / width)
 const R: u32 = {{R}}u;      // query rows per invocation
+const WG: u32 = {{WG}}u;
 
 struct Params {
     B: u32, T: u32,
@@ -27,20 +36,19 @@ struct Params {
 @group(0) @binding(4) var<storage, read> mask: array<u32>;       // mask: (B*T), read only if has_mask
 @group(0) @binding(5) var<storage, read_write> o: array<V>;      // o: (B*T, H*D)
 @group(0) @binding(6) var<storage, read_write> lse: array<f32>;  // lse: (B, H, T)
+//#tiled
+const TK: u32 = {{TK}}u;    // keys per tile
+var<workgroup> kt: array<V, {{TKN}}>;   // keys t0.. of the tile, key j at (j - t0) * N
+var<workgroup> vt: array<V, {{TKN}}>;   // their values
+//#end
 
 fn dotv(a: V, b: V) -> f32 { {{DOT}} }
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let idx = (wid.x + wid.y * nwg.x) * {{WG}}u + li;    // (b, h, block), block fastest
-    if (idx >= p.B * p.H * p.nblk) { return; }
-    // Last rows first: they see the most keys, and lavapipe's threads take workgroups in order.
-    let blk = p.nblk - 1u - idx % p.nblk;
-    let h = (idx / p.nblk) % p.H;
-    let b = idx / (p.nblk * p.H);
-    let kvh = h / p.G;
-    let i0 = blk * R;
+    // This invocation's rows, i0.. of head h of batch b (attention_rows.wgsl):
+{{ROWS}}
 
     var qr: array<V, {{RN}}>;    // scale · q rows, row r at r * N
     var acc: array<V, {{RN}}>;   // unnormalised output rows
@@ -55,39 +63,41 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         m[r] = -1e30;
         l[r] = 0.0;
     }
-    let jend = min(i0 + R, p.T);
-    for (var j = 0u; j < jend; j++) {
-        if (p.has_mask != 0u && mask[b * p.T + j] == 0u) { continue; }
-        let kb = ((b * p.T + j) * p.HKV + kvh) * N;
-        var s: array<f32, R>;
-        for (var r = 0u; r < {{R}}u; r++) { // unroll
-            s[r] = 0.0;
-        }
-        for (var n = 0u; n < {{N}}u; n++) { // unroll
-            let kk = k[kb + n];
+    // For each visible key j, its rows at kb (attention_keys.wgsl opens the two loops):
+{{KEYS}}
+            var s: array<f32, R>;
             for (var r = 0u; r < {{R}}u; r++) { // unroll
-                s[r] += dotv(qr[r * N + n], kk);
+                s[r] = 0.0;
             }
-        }
-        var pr: array<f32, R>;    // exp(s - new max), 0 where key j comes after row r
-        var cr: array<f32, R>;    // rescale factor of the old accumulator
-        for (var r = 0u; r < {{R}}u; r++) { // unroll
-            cr[r] = 1.0;
-            pr[r] = 0.0;
-            if (j <= i0 + r) {
-                let mn = max(m[r], s[r]);
-                cr[r] = exp(m[r] - mn);
-                pr[r] = exp(s[r] - mn);
-                l[r] = l[r] * cr[r] + pr[r];
-                m[r] = mn;
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                let kk = {{KS}}[kb + n];
+                for (var r = 0u; r < {{R}}u; r++) { // unroll
+                    s[r] += dotv(qr[r * N + n], kk);
+                }
             }
-        }
-        for (var n = 0u; n < {{N}}u; n++) { // unroll
-            let vv = v[kb + n];
+            var pr: array<f32, R>;    // exp(s - new max), 0 where key j comes after row r
+            var cr: array<f32, R>;    // rescale factor of the old accumulator
             for (var r = 0u; r < {{R}}u; r++) { // unroll
-                acc[r * N + n] = acc[r * N + n] * cr[r] + pr[r] * vv;
+                cr[r] = 1.0;
+                pr[r] = 0.0;
+                if (j <= i0 + r) {
+                    let mn = max(m[r], s[r]);
+                    cr[r] = exp(m[r] - mn);
+                    pr[r] = exp(s[r] - mn);
+                    l[r] = l[r] * cr[r] + pr[r];
+                    m[r] = mn;
+                }
+            }
+            for (var n = 0u; n < {{N}}u; n++) { // unroll
+                let vv = {{VS}}[kb + n];
+                for (var r = 0u; r < {{R}}u; r++) { // unroll
+                    acc[r * N + n] = acc[r * N + n] * cr[r] + pr[r] * vv;
+                }
             }
         }
+//#tiled
+        workgroupBarrier();
+//#end
     }
     for (var r = 0u; r < {{R}}u; r++) { // unroll
         let i = i0 + r;

@@ -182,6 +182,9 @@ gpu_test!(async fn attention_tiled_variants(gpu) {
     let rows = tile_rows(gpu, t, 64, 8);
     assert!(rows.is_power_of_two() && rows * (2 * 64 * 4 + 8) <= gpu.info.max_compute_workgroup_storage_size as usize);
     assert_eq!(tile_rows(gpu, VARIANTS[0], 64, 0), 0);
+    // A head too large for one row in workgroup memory runs the untiled kernel.
+    let huge = gpu.info.max_compute_workgroup_storage_size as usize / 8 + 1;
+    assert_eq!(tile_rows(gpu, t, huge, 0), 0);
 });
 
 gpu_test!(async fn attention_choose_checks_and_picks_a_tuning(gpu) {
@@ -243,6 +246,24 @@ gpu_test!(async fn attention_unroll_expands_nested_loops(gpu) {
         out,
         "x;{a[0u]=b.r;{c[0u*2u+0u]=1;}{c[0u*2u+1u]=1;}}{a[1u]=b.r;{c[1u*2u+0u]=1;}{c[1u*2u+1u]=1;}}y;"
     );
+});
+
+gpu_test!(async fn attention_templates_make_an_untiled_and_a_tiled_kernel(gpu) {
+    let _ = gpu;
+    let src = "a\n//#untiled\nu\n//#tiled\nt\n//#end\nb\n  //#tiled\nt2\n  //#end\nc\n";
+    assert_eq!(sections(src, false), "a\nu\nb\nc\n");
+    assert_eq!(sections(src, true), "a\nt\nb\nt2\nc\n");
+    // The untiled kernels read storage only and never wait on a barrier; the tiled ones read
+    // their streamed rows from workgroup memory. No marker or placeholder is left in either.
+    for src in [FWD, BWD_DQ, BWD_DKDV] {
+        for tiled in [false, true] {
+            let s = kernel_of(src, tiled);
+            assert!(!s.contains("//#"), "a section marker is left:\n{s}");
+            assert_eq!(s.contains("workgroupBarrier") || s.contains("var<workgroup>"), tiled, "{s}");
+            assert!(["{{KS}}[kb", "{{QS}}[qb"].iter().any(|x| s.contains(x)), "{s}");
+            assert!(!s.contains("{{ROWS}}") && !s.contains("{{KEYS}}"), "{s}");
+        }
+    }
 });
 
 /// CPU time of all this process's threads, in ms (Linux; 0 elsewhere).

@@ -34,7 +34,9 @@
 //   node tests/browser/run.mjs --no-build --hub DIR       (only: import the model directory DIR
 //       from this script's server in the hub layout, and report the wasm memory it took)
 //
-// scripts/test-browser-app.sh builds the package and the CLI first. --no-build skips the
+// CHROMIUM_FLAGS adds flags to Chromium's command line (for experiments, e.g.
+// --enable-dawn-features=disable_robustness). scripts/test-browser-app.sh builds the package
+// and the CLI first. --no-build skips the
 // example app's npm install and vite build. Prints one line per check, the losses, the time per
 // step and the answer; exits non-zero on the first failure.
 
@@ -454,6 +456,8 @@ const browser = await chromium.launch({
     '--disable-component-update',
     '--disable-sync',
     '--no-first-run',
+    // Extra flags for experiments, e.g. CHROMIUM_FLAGS=--enable-dawn-features=disable_robustness.
+    ...(process.env.CHROMIUM_FLAGS || '').split(/\s+/).filter(Boolean),
   ],
 });
 const errors = [];
