@@ -4,7 +4,8 @@
 //! - a corrupt or missing chunk is an error naming it;
 //! - `StoreSource` streams the same weights as `CheckpointSource` (tied and untied, f32 and
 //!   bf16), reading only the chunks that hold the rows asked for;
-//! - a streamed model on a `StoreSource` gives bit-identical loss and LoRA gradients.
+//! - a streamed model on a `StoreSource` gives bit-identical loss and LoRA gradients, with the
+//!   host cache and without it (each block then converted ahead of its use, once per use).
 
 mod common;
 
@@ -127,6 +128,35 @@ fn corrupt_or_missing_chunk_is_named() {
     assert!(err(StoreSource::open(store.clone(), "m")).contains("model.embed_tokens.weight: expected shape [67, 44]"));
 }
 
+/// Fetched from an async store (as the browser streams from IndexedDB), a chunk is checked as
+/// it is staged: a corrupt one fails the fetch of the step that needs it, naming it, and the
+/// reads of staged chunks (lent without a copy, not checked again) give the stored tensors.
+async fn staged_chunks_checked_when_fetched() {
+    use webtune::model::{Fetch, LoadStep};
+    use webtune::store::staged::StoreFetch;
+    let store = Arc::new(MemoryStore::new());
+    let ckpt = llama_bias(false);
+    let man = import_checkpoint(store.as_ref(), "m", &ckpt, 1000).expect("imports");
+    let q1 = names::proj_weight_key(1, Proj::Q);
+    let key = man.tensors.iter().find(|t| t.name == q1).expect("q1 stored").pieces[0].chunk.clone();
+    let mut bytes = store.get(&key).expect("get");
+    bytes[17] ^= 0x40;
+    store.put(&key, &bytes).expect("put");
+    let fetch = StoreFetch::new(store.clone(), man).expect("fetch");
+    let e = fetch.fetch(LoadStep::Layer(1)).await.expect_err("a corrupt chunk").to_string();
+    assert!(e.contains(&key) && e.contains("corrupt"), "{e}");
+    fetch.fetch(LoadStep::Layer(0)).await.expect("layer 0 fetches");
+    let staged: Arc<dyn ChunkStore> = fetch.staged();
+    assert!(staged.checked());
+    let src = StoreSource::open(staged, "m").expect("opens");
+    let layer = src.layer(0).expect("layer 0 reads");
+    for (p, (w, _)) in Proj::all().into_iter().zip(&layer.proj) {
+        let want = ckpt.tensor(&names::proj_weight_key(0, p)).expect("reads");
+        assert_eq!(bits(&w.to_f32()), bits(&want.to_f32()), "{p:?}");
+    }
+}
+both!(staged_chunks_are_checked_when_fetched, staged_chunks_checked_when_fetched());
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -202,20 +232,29 @@ fn rows_read_only_their_chunks() {
     assert_eq!(got, [embed.pieces[0].chunk.clone(), embed.pieces[1].chunk.clone()]);
 }
 
-/// Loss and gradients of the llama-bias batch on a streamed model over `src`.
+/// Loss and gradients of the llama-bias batch on a streamed model over `src` (with the host
+/// cache, or converting every block at each use), and how many conversions the step made.
 async fn loss_and_grads(
     gpu: &webtune::gpu::Gpu,
     src: Arc<dyn WeightSource>,
-) -> (f32, Vec<(String, Vec<usize>, Vec<f32>)>) {
+    cache: bool,
+) -> (f32, Vec<(String, Vec<usize>, Vec<f32>)>, u64) {
     let fixture = fixtures::llama_bias();
     let adapter = fixture.adapter();
-    let model = Model::streamed(gpu, src, WeightFormat::Stored).expect("streamed model");
+    let model = if cache {
+        Model::streamed(gpu, src, WeightFormat::Stored).expect("streamed model")
+    } else {
+        Model::streamed_uncached(gpu, src, WeightFormat::Stored).expect("streamed model")
+    };
     let lora = Lora::from_adapter(gpu, &model.cfg, &adapter).expect("lora");
     let batch = Batch::from_json(fixture.batch, model.cfg.vocab).expect("batch");
     let input = model.prepare(gpu, &batch).expect("input");
     let grads = lora.zeros_like(gpu, Category::Grads).expect("grads");
+    gpu.profile_start();
     let loss = model.loss_and_grads(gpu, &lora, Some(&grads), &input).await.expect("loss and grads");
-    (loss, read_set(gpu, &grads).await.expect("read grads"))
+    let profile = gpu.profile_take().await.expect("profile").expect("profiled");
+    let converts = profile.host.iter().find(|h| h.name.contains("convert")).map_or(0, |h| h.calls);
+    (loss, read_set(gpu, &grads).await.expect("read grads"), converts)
 }
 
 async fn same_gradients_from_store() {
@@ -225,12 +264,20 @@ async fn same_gradients_from_store() {
         let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
         import_checkpoint(store.as_ref(), "bias", &ckpt, 1000).expect("imports");
         let src = StoreSource::open(store, "bias").expect("opens");
-        let (l0, g0) = loss_and_grads(&gpu, Arc::new(CheckpointSource::new(ckpt))).await;
-        let (l1, g1) = loss_and_grads(&gpu, Arc::new(src)).await;
-        assert_eq!(l0.to_bits(), l1.to_bits(), "tied {tie}: loss {l0} vs {l1}");
-        assert_eq!(g0.len(), g1.len());
-        for ((k, _, a), (k1, _, b)) in g0.iter().zip(&g1) {
-            assert!(k == k1 && bits(a) == bits(b), "tied {tie}: gradient {k} differs");
+        let layers = ckpt.config().layers as u64;
+        let src: Arc<dyn WeightSource> = Arc::new(src);
+        let (l0, g0, _) = loss_and_grads(&gpu, Arc::new(CheckpointSource::new(ckpt)), true).await;
+        let (l1, g1, cached) = loss_and_grads(&gpu, src.clone(), true).await;
+        // Without the cache each block is converted for the forward and again for the backward
+        // (ahead of its use, while the GPU runs the block before): one more per block, no more.
+        let (l2, g2, uncached) = loss_and_grads(&gpu, src, false).await;
+        assert_eq!(uncached, cached + layers, "tied {tie}: conversions {uncached} uncached, {cached} cached");
+        for (l, g) in [(l1, &g1), (l2, &g2)] {
+            assert_eq!(l0.to_bits(), l.to_bits(), "tied {tie}: loss {l0} vs {l}");
+            assert_eq!(g0.len(), g.len());
+            for ((k, _, a), (k1, _, b)) in g0.iter().zip(g) {
+                assert!(k == k1 && bits(a) == bits(b), "tied {tie}: gradient {k} differs");
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ export type { Bytes } from './generated/Bytes.js';
 export type { DeviceInfo } from './generated/DeviceInfo.js';
 export type { DeviceLimits } from './generated/DeviceLimits.js';
 export type { KernelProfile } from './generated/KernelProfile.js';
+export type { HostProfile } from './generated/HostProfile.js';
 export type { Profile as StepProfile } from './generated/Profile.js';
 export type { Timing as ProfileTiming } from './generated/Timing.js';
 export type { MemoryReport } from './generated/MemoryReport.js';

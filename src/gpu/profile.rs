@@ -41,6 +41,18 @@ impl KernelProfile {
     }
 }
 
+/// One kind of host work over a profiled span: what the CPU did for it outside the kernels
+/// (fetching weights from a store, converting them to the GPU's layout, writing them into GPU
+/// buffers). Wall time on the host; where it runs while the GPU computes, it overlaps the
+/// kernels instead of adding to the span.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+pub struct HostProfile {
+    pub name: String,
+    pub calls: u64,
+    pub ms: f64,
+}
+
 /// How a profile was timed.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
@@ -60,6 +72,8 @@ pub enum Timing {
 pub struct Profile {
     pub timing: Timing,
     pub kernels: Vec<KernelProfile>,
+    /// Host work by kind, most time first.
+    pub host: Vec<HostProfile>,
 }
 
 impl Profile {
@@ -103,6 +117,12 @@ impl Profile {
             "",
             share((wall_ms - gpu).max(0.0))
         );
+        if !self.host.is_empty() {
+            s += "host work (on the CPU; it overlaps the kernels where it runs while the GPU computes):\n";
+            for h in &self.host {
+                s += &format!("  {:<42} {:>6} {:>10.1} {:>9} {:>6.1}%\n", h.name, h.calls, h.ms, "", share(h.ms));
+            }
+        }
         if let Some(b) = self.product_bound(wall_ms) {
             s += &format!(
                 "matrix products: {:.1} GFLOP, {:.2} s at the plain big products' {:.1} GFLOP/s; the span over that: {:.2}\n",
@@ -191,6 +211,8 @@ pub(super) struct Profiler {
     resolved: Vec<Resolved>,
     /// Finished: (kernel, flops, ns).
     done: Vec<(usize, u64, f64)>,
+    /// Host work by kind: (calls, ms).
+    host: BTreeMap<&'static str, (u64, f64)>,
 }
 
 impl Profiler {
@@ -233,7 +255,38 @@ impl Gpu {
             open: Vec::new(),
             resolved: Vec::new(),
             done: Vec::new(),
+            host: BTreeMap::new(),
         });
+    }
+
+    /// Run `work`, and while profiling count its wall time as host work of kind `name`.
+    pub fn host_work<R>(&self, name: &'static str, work: impl FnOnce() -> R) -> R {
+        if !self.profiling() {
+            return work();
+        }
+        let t0 = platform::now_ms();
+        let r = work();
+        self.host_done(name, platform::now_ms() - t0);
+        r
+    }
+
+    /// [`Gpu::host_work`] of a future (fetching from an async store).
+    pub async fn host_work_async<R>(&self, name: &'static str, work: impl std::future::Future<Output = R>) -> R {
+        if !self.profiling() {
+            return work.await;
+        }
+        let t0 = platform::now_ms();
+        let r = work.await;
+        self.host_done(name, platform::now_ms() - t0);
+        r
+    }
+
+    fn host_done(&self, name: &'static str, ms: f64) {
+        if let Some(p) = self.profiler.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let e = p.host.entry(name).or_default();
+            e.0 += 1;
+            e.1 += ms;
+        }
     }
 
     /// Whether dispatches are being timed.
@@ -279,7 +332,10 @@ impl Gpu {
             kernels[k].flops += flops as f64;
         }
         kernels.sort_by(|a, b| b.ms.total_cmp(&a.ms).then(b.calls.cmp(&a.calls)));
-        Ok(Some(Profile { timing, kernels }))
+        let mut host: Vec<HostProfile> =
+            p.host.iter().map(|(n, &(calls, ms))| HostProfile { name: n.to_string(), calls, ms }).collect();
+        host.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        Ok(Some(Profile { timing, kernels, host }))
     }
 
     /// Called by [`Gpu::dispatch`] while profiling, before the pass is recorded: the timestamp
@@ -364,6 +420,7 @@ mod tests {
                 k("matmul_tn/blocked1x64/true/true", 100, 100.0, 0.5e9),              // thin: not big
                 k("attention_fwd/64/8/16", 4, 300.0, 10e9),                           // not a product
             ],
+            host: vec![],
         };
         let b = p.product_bound(4000.0).unwrap();
         assert!((b.gflop - 140.5).abs() < 1e-9, "{b:?}");
@@ -375,6 +432,7 @@ mod tests {
         let decode = Profile {
             timing: Timing::Timestamps,
             kernels: vec![k("matmul_nt/gemv_rows/r8/wg8/bf16", 150, 70.0, 0.1e9)],
+            host: vec![],
         };
         assert_eq!(decode.product_bound(100.0), None);
         assert!(!decode.table(100.0).contains("matrix products"));

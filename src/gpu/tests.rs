@@ -67,3 +67,21 @@ gpu_test!(async fn gpu_writes_ordered_with_dispatches(gpu) {
     assert_eq!(gpu.read_f32(&s1).await.expect("read"), vec![3.0; 5]);
     assert_eq!(gpu.read_f32(&s2).await.expect("read"), vec![7.0; 5]);
 });
+
+// Host work is counted by kind while profiling, and only then; the table lists it.
+gpu_test!(async fn gpu_profile_counts_host_work(gpu) {
+    assert_eq!(gpu.host_work("not profiled", || 3), 3);
+    gpu.profile_start();
+    for _ in 0..2 {
+        gpu.host_work("weights: convert", || std::hint::black_box((0..10_000u64).sum::<u64>()));
+    }
+    let fetched = gpu.host_work_async("weights: fetch", async { 7 }).await;
+    assert_eq!(fetched, 7);
+    let p = gpu.profile_take().await.unwrap().expect("profiling was on");
+    let mut host: Vec<(&str, u64)> = p.host.iter().map(|h| (h.name.as_str(), h.calls)).collect();
+    host.sort();
+    assert_eq!(host, [("weights: convert", 2), ("weights: fetch", 1)]);
+    assert!(p.host.iter().all(|h| h.ms >= 0.0));
+    assert!(p.table(1.0).contains("weights: convert"), "{}", p.table(1.0));
+    assert!(!gpu.profiling());
+});

@@ -24,12 +24,21 @@ use crate::kernels::embedding::embedding_forward;
 use futures_util::future::LocalBoxFuture;
 use std::sync::Arc;
 
+/// The kinds of host work a streamed model's uploads are profiled as ([`Gpu::host_work`]).
+const FETCH: &str = "weights: fetch from the store";
+const READ: &str = "weights: read from the source";
+const CONVERT: &str = "weights: convert to the GPU layout";
+const WRITE: &str = "weights: write into GPU buffers";
+
 /// Host-side cache of a streamed model in GPU layout.
 #[derive(Default)]
 pub(crate) struct Prepared {
     on: bool,
     layers: std::sync::Mutex<Vec<Option<std::sync::Arc<PreparedLayer>>>>,
     table: std::sync::Mutex<Vec<Option<std::sync::Arc<PreparedMatrix>>>>,
+    /// Without the cache: the next block, converted while the GPU computed the current one
+    /// ([`Model::phase_then`]).
+    ahead: std::sync::Mutex<Option<(usize, Arc<PreparedLayer>)>>,
 }
 
 /// Entry `i` of a host cache, made by `make` (and kept) on first use.
@@ -113,8 +122,9 @@ impl Model {
 
     /// Streamed from a source that must be fetched asynchronously (IndexedDB): before every
     /// block, embedding range and vocab chunk is read, `fetch` makes it readable; the next
-    /// block is fetched while the GPU computes the current one. Nothing is cached on the host,
-    /// so host memory holds about one block's stored bytes whatever the model's size.
+    /// block is fetched and converted while the GPU computes the current one. Nothing is cached
+    /// on the host, so host memory holds about one block's stored bytes (and the next one in
+    /// its GPU layout) whatever the model's size.
     pub async fn streamed_fetched(
         gpu: &Gpu,
         source: Arc<dyn WeightSource>,
@@ -128,34 +138,41 @@ impl Model {
     }
 
     /// Make `step`'s weights readable from the source (nothing to do unless it is fetched).
-    pub(crate) async fn fetch(&self, step: LoadStep) -> Result<()> {
+    pub(crate) async fn fetch(&self, gpu: &Gpu, step: LoadStep) -> Result<()> {
         match &self.fetch {
-            Some(f) => f.fetch(step).await,
+            Some(f) => gpu.host_work_async(FETCH, f.fetch(step)).await,
             None => Ok(()),
         }
     }
 
-    /// Close a phase ([`phase`]) while the weights of `next` are fetched: a streamed model's
-    /// next block is read from the store while the GPU finishes the current one.
+    /// Close a phase ([`phase`]) while the weights of `next` are made ready: a streamed
+    /// model's next block is fetched from the store and converted to its GPU layout while the
+    /// GPU finishes the current one (the queued work is submitted first, so that it runs
+    /// meanwhile).
     pub(crate) async fn phase_then(
         &self,
         gpu: &Gpu,
         name: impl FnOnce() -> String,
         next: Option<LoadStep>,
     ) -> Result<()> {
-        let fetch = async {
+        gpu.flush();
+        let ahead = async {
             match next {
-                Some(step) => self.fetch(step).await,
+                Some(step) => {
+                    self.fetch(gpu, step).await?;
+                    self.prepare_ahead(gpu, step)
+                }
                 None => Ok(()),
             }
         };
-        let (done, fetched) = futures_util::future::join(phase(gpu, name), fetch).await;
-        done.and(fetched)
+        // The host's work first: natively the wait for the GPU blocks the thread.
+        let (ready, done) = futures_util::future::join(ahead, phase(gpu, name)).await;
+        done.and(ready)
     }
 
     /// Block i's weights, fetched first where the store needs it (see [`Model::layer`]).
     pub(crate) async fn fetch_layer(&self, gpu: &Gpu, i: usize) -> Result<LayerRef<'_>> {
-        self.fetch(LoadStep::Layer(i)).await?;
+        self.fetch(gpu, LoadStep::Layer(i)).await?;
         self.layer(gpu, i)
     }
 
@@ -211,13 +228,45 @@ impl Model {
     pub fn layer(&self, gpu: &Gpu, i: usize) -> Result<LayerRef<'_>> {
         match &self.stream {
             None => Ok(LayerRef::Resident(&self.weights.layers[i])),
-            Some((src, format)) if self.prepared.on => {
-                let p =
-                    cached(&self.prepared.layers, i, || Ok::<_, Error>(PreparedLayer::new(src.layer(i)?, *format)))?;
-                Ok(LayerRef::Streamed(p.upload(gpu)?))
+            Some(_) => {
+                let p = self.prepared_layer(gpu, i)?;
+                Ok(LayerRef::Streamed(gpu.host_work(WRITE, || p.upload(gpu))?))
             }
-            Some((src, format)) => Ok(LayerRef::Streamed(upload_layer(gpu, &src.layer(i)?, *format)?)),
         }
+    }
+
+    /// Block i of a streamed model in its GPU layout: from the host cache, or converted ahead,
+    /// or read and converted now.
+    fn prepared_layer(&self, gpu: &Gpu, i: usize) -> Result<Arc<PreparedLayer>> {
+        let Some((src, format)) = &self.stream else {
+            return Err(Error::msg("weights: the model is not streamed"));
+        };
+        let prepare = || {
+            let host = gpu.host_work(READ, || src.layer(i))?;
+            Ok::<_, Error>(gpu.host_work(CONVERT, || PreparedLayer::new(host, *format)))
+        };
+        if self.prepared.on {
+            return cached(&self.prepared.layers, i, prepare);
+        }
+        match self.prepared.ahead.lock().ok().and_then(|mut a| a.take()) {
+            Some((j, p)) if j == i => Ok(p),
+            _ => Ok(Arc::new(prepare()?)),
+        }
+    }
+
+    /// Convert `step`'s block ahead of its use (a streamed model's next block, while the GPU
+    /// computes the current one): into the host cache, or else into the one-block slot that
+    /// [`Model::layer`] takes it from.
+    fn prepare_ahead(&self, gpu: &Gpu, step: LoadStep) -> Result<()> {
+        if let (Some(_), LoadStep::Layer(i)) = (&self.stream, step) {
+            let p = self.prepared_layer(gpu, i)?;
+            if !self.prepared.on {
+                if let Ok(mut a) = self.prepared.ahead.lock() {
+                    *a = Some((i, p));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// x (N, C) = embedding rows of `ids_host`, which are also on the GPU as `ids` (N) u32
@@ -228,7 +277,7 @@ impl Model {
             Some((src, format)) => {
                 let rows = match &self.fetch {
                     None => src.embedding_rows(ids_host)?,
-                    Some(_) => self.embedding_rows_fetched(src.as_ref(), ids_host).await?,
+                    Some(_) => self.embedding_rows_fetched(gpu, src.as_ref(), ids_host).await?,
                 };
                 // The rows as the resident table holds them in `format` (quantization is per row).
                 let t = crate::base::host::HostTensor::from_f32(&[ids_host.len(), self.cfg.hidden], rows);
@@ -241,13 +290,13 @@ impl Model {
     /// Embedding rows of `ids` from a fetched source, one vocab chunk of the table at a time
     /// (a batch's ids are scattered over the whole table; fetching them all at once would hold
     /// as much of it as they touch).
-    async fn embedding_rows_fetched(&self, src: &dyn WeightSource, ids: &[u32]) -> Result<Vec<f32>> {
+    async fn embedding_rows_fetched(&self, gpu: &Gpu, src: &dyn WeightSource, ids: &[u32]) -> Result<Vec<f32>> {
         let (c, per) = (self.cfg.hidden, self.weights.embed.chunk_rows);
         let mut out = vec![0f32; ids.len() * c];
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&k| ids[k]);
         for group in order.chunk_by(|&a, &b| ids[a] as usize / per == ids[b] as usize / per) {
-            self.fetch(self.table_step(false, ids[group[0]] as usize / per)).await?;
+            self.fetch(gpu, self.table_step(false, ids[group[0]] as usize / per)).await?;
             let rows = src.embedding_rows(&group.iter().map(|&k| ids[k]).collect::<Vec<_>>())?;
             for (j, &k) in group.iter().enumerate() {
                 out[k * c..(k + 1) * c].copy_from_slice(&rows[j * c..(j + 1) * c]);
@@ -282,14 +331,13 @@ impl Model {
                 return Err(crate::gpu::GpuError::Readback("weights: the model is not streamed".into()));
             };
             let (r0, r1) = self.table_rows(i);
-            self.fetch(self.table_step(true, i)).await.map_err(as_gpu)?;
-            if !self.prepared.on {
-                return upload_output_chunk(gpu, src.as_ref(), r0, r1, *format).map_err(as_gpu);
-            }
-            let p = cached(&self.prepared.table, i, || {
-                Ok(prepare_matrix(&src.output_rows(r0, r1).map_err(as_gpu)?, *format))
-            })?;
-            upload_prepared(gpu, &p, Category::Weights).map_err(as_gpu)
+            self.fetch(gpu, self.table_step(true, i)).await.map_err(as_gpu)?;
+            let prepare = || {
+                let rows = gpu.host_work(READ, || src.output_rows(r0, r1)).map_err(as_gpu)?;
+                Ok(gpu.host_work(CONVERT, || prepare_matrix(&rows, *format)))
+            };
+            let p = if self.prepared.on { cached(&self.prepared.table, i, prepare)? } else { Arc::new(prepare()?) };
+            gpu.host_work(WRITE, || upload_prepared(gpu, &p, Category::Weights)).map_err(as_gpu)
         })
     }
 }

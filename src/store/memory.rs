@@ -30,6 +30,10 @@ impl ChunkStore for MemoryStore {
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.lock()?.get(key).cloned().ok_or_else(|| missing(key))
     }
+    fn read_with(&self, key: &str, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        f(self.lock()?.get(key).ok_or_else(|| missing(key))?);
+        Ok(())
+    }
     fn delete(&self, key: &str) -> Result<()> {
         self.lock()?.remove(key);
         Ok(())

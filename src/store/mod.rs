@@ -50,6 +50,17 @@ pub trait ChunkStore: Send + Sync {
     fn delete(&self, key: &str) -> Result<()>;
     /// Every key that starts with `prefix`, sorted.
     fn keys(&self, prefix: &str) -> Result<Vec<String>>;
+    /// Call `f` with `key`'s bytes (an error naming it when it is missing): a store that holds
+    /// its chunks in memory lends them without a copy.
+    fn read_with(&self, key: &str, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        f(&self.get(key)?);
+        Ok(())
+    }
+    /// Whether every chunk this store returns was checked against its model's manifest (size
+    /// and checksum) when it came in, so that a reader need not check it again at each read.
+    fn checked(&self) -> bool {
+        false
+    }
 }
 
 /// A key is '/'-separated segments, none empty, `.`, `..` or holding `\` or NUL, and not a

@@ -19,7 +19,16 @@ pub struct StoreSource {
     man: Manifest,
     cfg: ModelConfig,
     tensors: HashMap<String, usize>,
-    chunks: HashMap<String, usize>,
+}
+
+/// Check chunk `key` of the model of `man` against the manifest: its size and checksum (a key
+/// the manifest does not list as a chunk, such as the manifest itself, passes).
+pub(crate) fn check_chunk(man: &Manifest, key: &str, bytes: &[u8]) -> Result<()> {
+    let Some(c) = man.chunks.iter().find(|c| c.key == key) else { return Ok(()) };
+    if bytes.len() != c.bytes || fnv1a64(bytes) != c.fnv1a64 {
+        return Err(Error::msg(format!("model {}: chunk {key} is corrupt (size or checksum differs)", man.model)));
+    }
+    Ok(())
 }
 
 impl StoreSource {
@@ -54,7 +63,7 @@ impl StoreSource {
                 }
             }
         }
-        Ok(StoreSource { store, man, cfg, tensors, chunks })
+        Ok(StoreSource { store, man, cfg, tensors })
     }
 
     /// The manifest read at open.
@@ -70,40 +79,36 @@ impl StoreSource {
         Ok(&self.man.tensors[*i])
     }
 
-    /// Fetch one chunk and check its size and checksum.
-    fn chunk(&self, key: &str) -> Result<Vec<u8>> {
-        let c = &self.man.chunks[self.chunks[key]];
-        let bytes = self.store.get(key)?;
-        if bytes.len() != c.bytes || fnv1a64(&bytes) != c.fnv1a64 {
-            return Err(Error::msg(format!(
-                "model {}: chunk {key} is corrupt (size or checksum differs)",
-                self.man.model
-            )));
-        }
-        Ok(bytes)
-    }
-
-    /// The bytes `ranges` (of the tensor's own bytes) concatenated; each chunk is fetched once.
+    /// The bytes `ranges` (of the tensor's own bytes) concatenated; each chunk is read once,
+    /// and checked against the manifest unless the store checked it when it came in.
     fn read(&self, t: &TensorEntry, ranges: &[std::ops::Range<usize>]) -> Result<Vec<u8>> {
         let mut out = vec![0u8; ranges.iter().map(|r| r.len()).sum()];
         let mut at = 0; // where in the tensor's bytes piece p starts
         for p in &t.pieces {
             let piece = at..at + p.len;
             at += p.len;
-            let mut chunk: Option<Vec<u8>> = None;
-            let mut dst = 0;
-            for r in ranges {
-                let (s, e) = (r.start.max(piece.start), r.end.min(piece.end));
-                if s < e {
-                    let bytes = match &chunk {
-                        Some(b) => b,
-                        None => chunk.insert(self.chunk(&p.chunk)?),
-                    };
-                    let src = p.offset + s - piece.start;
-                    out[dst + s - r.start..dst + e - r.start].copy_from_slice(&bytes[src..src + e - s]);
-                }
-                dst += r.len();
+            if !ranges.iter().any(|r| r.start.max(piece.start) < r.end.min(piece.end)) {
+                continue;
             }
+            let mut checked = Ok(());
+            self.store.read_with(&p.chunk, &mut |bytes| {
+                if !self.store.checked() {
+                    checked = check_chunk(&self.man, &p.chunk, bytes);
+                    if checked.is_err() {
+                        return;
+                    }
+                }
+                let mut dst = 0;
+                for r in ranges {
+                    let (s, e) = (r.start.max(piece.start), r.end.min(piece.end));
+                    if s < e {
+                        let src = p.offset + s - piece.start;
+                        out[dst + s - r.start..dst + e - r.start].copy_from_slice(&bytes[src..src + e - s]);
+                    }
+                    dst += r.len();
+                }
+            })?;
+            checked?;
         }
         Ok(out)
     }

@@ -32,8 +32,15 @@ impl StagedChunks {
         self.map.lock().map_err(|_| Error::msg("staged chunks: lock poisoned by a panic"))
     }
 
-    /// Hold exactly `keys` (plus the pinned ones): fetch those missing from `store`, drop the rest.
-    pub async fn stage<S: AsyncChunkStore>(&self, store: &S, keys: &[String]) -> Result<()> {
+    /// Hold exactly `keys` (plus the pinned ones): fetch those missing from `store`, each
+    /// checked by `check` as it comes in (a chunk against the manifest's size and checksum), and
+    /// drop the rest.
+    pub async fn stage<S: AsyncChunkStore>(
+        &self,
+        store: &S,
+        keys: &[String],
+        check: &dyn Fn(&str, &[u8]) -> Result<()>,
+    ) -> Result<()> {
         let want: BTreeSet<&String> = keys.iter().chain(self.pinned.iter()).collect();
         self.lock()?.retain(|k, _| want.contains(k));
         for key in want {
@@ -41,6 +48,7 @@ impl StagedChunks {
                 continue;
             }
             let bytes = store.get(key).await?;
+            check(key, &bytes)?;
             self.lock()?.insert(key.clone(), bytes);
         }
         Ok(())
@@ -58,6 +66,14 @@ impl ChunkStore for StagedChunks {
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.lock()?.get(key).cloned().ok_or_else(|| Error::msg(format!("staged chunks: {key}: not staged")))
+    }
+    fn read_with(&self, key: &str, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        f(self.lock()?.get(key).ok_or_else(|| Error::msg(format!("staged chunks: {key}: not staged")))?);
+        Ok(())
+    }
+    /// [`Self::stage`] checked each chunk as it came in.
+    fn checked(&self) -> bool {
+        true
     }
     fn delete(&self, key: &str) -> Result<()> {
         Err(Error::msg(format!("staged chunks: {key}: read-only")))
@@ -95,7 +111,8 @@ impl<S: AsyncChunkStore> StoreFetch<S> {
 
     /// Stage `keys` (and the manifest), and note the bytes held.
     pub async fn stage(&self, keys: &[String]) -> Result<()> {
-        self.staged.stage(self.store.as_ref(), keys).await?;
+        let check = |key: &str, bytes: &[u8]| super::source::check_chunk(&self.man, key, bytes);
+        self.staged.stage(self.store.as_ref(), keys, &check).await?;
         self.peak.fetch_max(self.staged.bytes(), Ordering::Relaxed);
         Ok(())
     }

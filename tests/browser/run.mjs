@@ -200,6 +200,8 @@ function printProfile(p, stepMs) {
   for (const k of p.kernels) console.log(row(k.name, k.calls, k.ms, k.flops > 0 && k.ms > 0 ? (k.flops / k.ms / 1e6).toFixed(1) : '-'));
   console.log(row('all kernels', p.kernels.reduce((a, k) => a + k.calls, 0), total, total > 0 ? (flops / total / 1e6).toFixed(1) : '-'));
   console.log(`${'not in a kernel (host, uploads, waits)'.padEnd(53)} ${(stepMs - total).toFixed(1).padStart(10)} ${''.padStart(9)} ${(100 * (stepMs - total) / stepMs).toFixed(1).padStart(6)}%`);
+  if (p.host?.length) console.log('host work (on the CPU; it overlaps the kernels where it runs while the GPU computes):');
+  for (const h of p.host ?? []) console.log(row(`  ${h.name}`, h.calls, h.ms, ''));
 }
 
 function checkGguf(g, answer) {
