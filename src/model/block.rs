@@ -341,8 +341,8 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
 /// Rows per chunk when `n` rows are split into chunks of at most `max` (0 = one chunk): as few
 /// chunks as that allows, of equal size rounded up to the largest multiple of 32, 16 or 8 (the
 /// products' row tiles) that still fits, so no chunk is a thin remainder and no tile runs past
-/// a chunk's end (Qwen2.5-0.5B at 256 tokens: chunks of 96, 96 and 64 rows, not 88, 88 and 80,
-/// which 16-row tiles computed as 96, 96 and 80).
+/// a chunk's end (256 tokens with at most 107 rows a chunk: chunks of 96, 96 and 64 rows, not
+/// 88, 88 and 80, which 16-row tiles computed as 96, 96 and 80).
 fn balanced_chunk_rows(n: usize, max: usize) -> usize {
     if max == 0 || max >= n {
         return n.max(1);
