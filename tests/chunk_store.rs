@@ -101,8 +101,9 @@ fn round_trip_dir() {
     assert!(err(store.get("tiny/nothing")).contains("tiny/nothing: not found"));
 }
 
-#[test]
-fn corrupt_or_missing_chunk_is_named() {
+/// The llama-bias fixture imported as model "m" in 1000-byte chunks, with one bit flipped in
+/// the first chunk of layer 1's q_proj: (store, checkpoint, manifest, that chunk's key).
+fn with_corrupt_q1() -> (Arc<MemoryStore>, Checkpoint, webtune::store::Manifest, String) {
     let store = Arc::new(MemoryStore::new());
     let ckpt = llama_bias(false);
     let man = import_checkpoint(store.as_ref(), "m", &ckpt, 1000).expect("imports");
@@ -111,6 +112,13 @@ fn corrupt_or_missing_chunk_is_named() {
     let mut bytes = store.get(&key).expect("get");
     bytes[17] ^= 0x40;
     store.put(&key, &bytes).expect("put");
+    (store, ckpt, man, key)
+}
+
+#[test]
+fn corrupt_or_missing_chunk_is_named() {
+    let (store, ckpt, _, key) = with_corrupt_q1();
+    let q1 = names::proj_weight_key(1, Proj::Q);
     let src = StoreSource::open(store.clone(), "m").expect("opens (chunks are checked when read)");
     let e = err(src.tensor(&q1));
     assert!(e.contains(&key) && e.contains("corrupt"), "{e}");
@@ -134,15 +142,8 @@ fn corrupt_or_missing_chunk_is_named() {
 async fn staged_chunks_checked_when_fetched() {
     use webtune::model::{Fetch, LoadStep};
     use webtune::store::staged::StoreFetch;
-    let store = Arc::new(MemoryStore::new());
-    let ckpt = llama_bias(false);
-    let man = import_checkpoint(store.as_ref(), "m", &ckpt, 1000).expect("imports");
-    let q1 = names::proj_weight_key(1, Proj::Q);
-    let key = man.tensors.iter().find(|t| t.name == q1).expect("q1 stored").pieces[0].chunk.clone();
-    let mut bytes = store.get(&key).expect("get");
-    bytes[17] ^= 0x40;
-    store.put(&key, &bytes).expect("put");
-    let fetch = StoreFetch::new(store.clone(), man).expect("fetch");
+    let (store, ckpt, man, key) = with_corrupt_q1();
+    let fetch = StoreFetch::new(store, man).expect("fetch");
     let e = fetch.fetch(LoadStep::Layer(1)).await.expect_err("a corrupt chunk").to_string();
     assert!(e.contains(&key) && e.contains("corrupt"), "{e}");
     fetch.fetch(LoadStep::Layer(0)).await.expect("layer 0 fetches");
