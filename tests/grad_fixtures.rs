@@ -84,7 +84,7 @@ fn native_loss(name: &str) -> Option<f32> {
 /// reference; the register-blocked one (first) gives the loss compared across runtimes.
 async fn check_fixture(f: Fixture) {
     use webtune::kernels::matmul::{runnable, Variant, CHOICE};
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     for v in runnable(&gpu).into_iter().skip(1) {
         gpu.set_choice(CHOICE, Some(v.name()));
         println!("{}: with {}", f.name, v.name());
@@ -110,7 +110,7 @@ async fn check_fixture(f: Fixture) {
 /// peaks must be ordered full ≥ MeBP ≥ MeSP.
 async fn modes_agree(f: Fixture) {
     use webtune::model::block::Mode;
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     let mut peaks = Vec::new();
     let mut base: Option<GradResult> = None;
@@ -139,7 +139,7 @@ async fn modes_agree(f: Fixture) {
 /// table uploaded chunk by chunk) give the resident result, and keep fewer weight bytes live.
 async fn streamed_equals_resident(f: Fixture) {
     use webtune::train::grad::{compute_grads_with, GradOptions};
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     let mut out = Vec::new();
     for stream in [false, true] {
@@ -176,7 +176,7 @@ async fn check_q4(f: Fixture, stream: bool) {
         assert!(d > 1e-2, "{}: {k}: q4 reference within {d:.3e} of the unquantized one", f.name);
     }
 
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let (ckpt, adapter) = (f.checkpoint(), f.adapter());
     let opts = GradOptions { weights: WeightFormat::Q4, stream, ..Default::default() };
     let got =

@@ -69,8 +69,34 @@ pub async fn test_gpu() -> crate::gpu::Gpu {
     }
 }
 
-/// Write an async GPU test once; it runs natively under `cargo test` (a device on lavapipe)
-/// and in the browser under `wasm-pack test` (WebGPU).
+/// The GPU of a test that leaves the device as it found it (choices put back, nothing kept
+/// alive): in the browser one device per test binary (wasm tests run one at a time in one
+/// page), so each shader is compiled once per binary instead of once per test (SwiftShader's
+/// compiler is most of what the browser tests cost); natively a device per test, as
+/// [`test_gpu`].
+pub async fn shared_test_gpu() -> std::rc::Rc<crate::gpu::Gpu> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        thread_local! {
+            static SHARED: RefCell<Option<Rc<crate::gpu::Gpu>>> = const { RefCell::new(None) };
+        }
+        if let Some(g) = SHARED.with(|s| s.borrow().clone()) {
+            return g;
+        }
+        let g = Rc::new(test_gpu().await);
+        SHARED.with(|s| *s.borrow_mut() = Some(g.clone()));
+        g
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    std::rc::Rc::new(test_gpu().await)
+}
+
+/// Write an async GPU test once; it runs natively under `cargo test` (a device on lavapipe
+/// per test) and in the browser under `wasm-pack test` (WebGPU; the tests of a binary share one
+/// device, [`shared_test_gpu`], so a test puts back any kernel choice it makes: the library's
+/// tests went from 221 to 146 s in headless Chromium).
 ///
 /// ```ignore
 /// gpu_test!(async fn my_test(gpu) { ... });
@@ -90,8 +116,8 @@ macro_rules! gpu_test {
         #[cfg(target_arch = "wasm32")]
         #[wasm_bindgen_test::wasm_bindgen_test]
         async fn $name() {
-            let $gpu = $crate::kernels::testutil::test_gpu().await;
-            let $gpu = &$gpu;
+            let $gpu = $crate::kernels::testutil::shared_test_gpu().await;
+            let $gpu: &$crate::gpu::Gpu = &$gpu;
             $body
         }
     };
