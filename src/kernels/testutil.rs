@@ -71,25 +71,27 @@ pub async fn test_gpu() -> crate::gpu::Gpu {
 
 /// The GPU of a test that leaves the device as it found it (choices put back, nothing kept
 /// alive): in the browser one device per test binary (wasm tests run one at a time in one
-/// page), so each shader is compiled once per binary instead of once per test (SwiftShader's
-/// compiler is most of what the browser tests cost); natively a device per test, as
+/// page), so each shader is compiled once per binary instead of once per test (compiling on
+/// SwiftShader is a large part of what the browser tests cost); natively a device per test, as
 /// [`test_gpu`].
+#[cfg(target_arch = "wasm32")]
 pub async fn shared_test_gpu() -> std::rc::Rc<crate::gpu::Gpu> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        use std::cell::RefCell;
-        use std::rc::Rc;
-        thread_local! {
-            static SHARED: RefCell<Option<Rc<crate::gpu::Gpu>>> = const { RefCell::new(None) };
-        }
-        if let Some(g) = SHARED.with(|s| s.borrow().clone()) {
-            return g;
-        }
-        let g = Rc::new(test_gpu().await);
-        SHARED.with(|s| *s.borrow_mut() = Some(g.clone()));
-        g
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    thread_local! {
+        static SHARED: RefCell<Option<Rc<crate::gpu::Gpu>>> = const { RefCell::new(None) };
     }
-    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(g) = SHARED.with(|s| s.borrow().clone()) {
+        return g;
+    }
+    let g = Rc::new(test_gpu().await);
+    SHARED.with(|s| *s.borrow_mut() = Some(g.clone()));
+    g
+}
+
+/// See the wasm32 [`shared_test_gpu`]: natively a device per test, as [`test_gpu`].
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn shared_test_gpu() -> std::rc::Rc<crate::gpu::Gpu> {
     std::rc::Rc::new(test_gpu().await)
 }
 
