@@ -21,6 +21,12 @@ pub fn fnv1a64(bytes: &[u8]) -> String {
     format!("{h:016x}")
 }
 
+/// Whether `bytes` are the `len` bytes whose [`fnv1a64`] is `fnv`: the check every stored
+/// chunk, file and checkpoint gets when it is read back (each caller names what failed).
+pub fn matches(bytes: &[u8], len: usize, fnv: &str) -> bool {
+    bytes.len() == len && fnv1a64(bytes) == fnv
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -32,6 +38,13 @@ mod tests {
         assert_eq!(fnv1a64(b""), "cbf29ce484222325");
         assert_eq!(fnv1a64(b"a"), "af63dc4c8601ec8c");
         assert_eq!(fnv1a64(b"foobar"), "85944171f73967e8");
+    }
+
+    #[test]
+    fn matches_checks_the_size_and_the_sum() {
+        assert!(matches(b"foobar", 6, "85944171f73967e8"));
+        assert!(!matches(b"foobar", 5, "85944171f73967e8"));
+        assert!(!matches(b"foobaz", 6, "85944171f73967e8"));
     }
 
     #[test]

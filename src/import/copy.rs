@@ -6,7 +6,7 @@ use super::files::{ByteSource, FileSet};
 use super::plan::{check_tensors, ordered, plan, read_small, read_weights, ChunkPlan};
 use super::resume::{fingerprint, without_sums, write_state, ImportState};
 use super::{ImportOptions, Progress, Reporter};
-use crate::base::bytes::{fnv1a64, human_bytes};
+use crate::base::bytes::{human_bytes, matches};
 use crate::base::config::ModelConfig;
 use crate::base::error::{CheckpointError, Error, Result};
 use crate::base::host::{BF16_EXP, F16_EXP, F32_EXP};
@@ -119,8 +119,7 @@ pub async fn import_files<F: FileSet, S: AsyncChunkStore>(
         if let Some(i) = prior {
             let d = &state.done[i];
             // A chunk that cannot be read back is fetched again.
-            let ok = d.bytes == c.bytes
-                && store.get(&c.key).await.is_ok_and(|b| b.len() == d.bytes && fnv1a64(&b) == d.fnv1a64);
+            let ok = d.bytes == c.bytes && store.get(&c.key).await.is_ok_and(|b| matches(&b, d.bytes, &d.fnv1a64));
             if ok {
                 sum = Some(d.fnv1a64.clone());
             } else {

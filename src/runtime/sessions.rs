@@ -7,7 +7,7 @@
 //! interrupted save leaves the previous checkpoint current.
 
 use super::{Run, Runtime, SessionInfo, SessionSummary, StepInfo, SESSIONS};
-use crate::base::bytes::fnv1a64;
+use crate::base::bytes::{fnv1a64, matches};
 use crate::base::error::{Error, Result};
 use crate::data::dataset::load_jsonl;
 use crate::store::AsyncChunkStore;
@@ -178,7 +178,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
         }
         let key = slot_key(id, st.slot);
         let bytes = self.store.get(&key).await?;
-        if bytes.len() != st.bytes || fnv1a64(&bytes) != st.fnv1a64 {
+        if !matches(&bytes, st.bytes, &st.fnv1a64) {
             return Err(Error::msg(format!("session {id}: {key} is damaged (size or checksum differs)")));
         }
         self.run = None;

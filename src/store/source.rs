@@ -2,7 +2,7 @@
 //! that hold the bytes asked for.
 
 use super::{read_manifest, ChunkStore, Manifest, TensorEntry, MANIFEST_VERSION};
-use crate::base::bytes::fnv1a64;
+use crate::base::bytes;
 use crate::base::config::ModelConfig;
 use crate::base::error::{Error, Result};
 use crate::base::host::HostTensor;
@@ -19,16 +19,31 @@ pub struct StoreSource {
     man: Manifest,
     cfg: ModelConfig,
     tensors: HashMap<String, usize>,
+    chunks: ChunkIndex,
 }
 
-/// Check chunk `key` of the model of `man` against the manifest: its size and checksum (a key
-/// the manifest does not list as a chunk, such as the manifest itself, passes).
-pub(crate) fn check_chunk(man: &Manifest, key: &str, bytes: &[u8]) -> Result<()> {
-    let Some(c) = man.chunks.iter().find(|c| c.key == key) else { return Ok(()) };
-    if bytes.len() != c.bytes || fnv1a64(bytes) != c.fnv1a64 {
-        return Err(Error::msg(format!("model {}: chunk {key} is corrupt (size or checksum differs)", man.model)));
+/// Where each chunk of a manifest is listed, to check a chunk read against its entry.
+pub(crate) struct ChunkIndex(HashMap<String, usize>);
+
+impl ChunkIndex {
+    pub(crate) fn new(man: &Manifest) -> ChunkIndex {
+        ChunkIndex(man.chunks.iter().enumerate().map(|(i, c)| (c.key.clone(), i)).collect())
     }
-    Ok(())
+
+    fn entry<'m>(&self, man: &'m Manifest, key: &str) -> Option<&'m super::ChunkEntry> {
+        self.0.get(key).map(|&i| &man.chunks[i])
+    }
+
+    /// Check chunk `key` of the model of `man` against the manifest: its size and checksum (a
+    /// key the manifest does not list as a chunk, such as the manifest itself, passes).
+    pub(crate) fn check(&self, man: &Manifest, key: &str, bytes: &[u8]) -> Result<()> {
+        match self.entry(man, key) {
+            Some(c) if !bytes::matches(bytes, c.bytes, &c.fnv1a64) => {
+                Err(Error::msg(format!("model {}: chunk {key} is corrupt (size or checksum differs)", man.model)))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl StoreSource {
@@ -43,7 +58,7 @@ impl StoreSource {
         let cfg = ModelConfig::from_json(&man.config).map_err(|e| bad(format!("config.json: {e}")))?;
         let tensors: HashMap<String, usize> =
             man.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let chunks: HashMap<String, usize> = man.chunks.iter().enumerate().map(|(i, c)| (c.key.clone(), i)).collect();
+        let chunks = ChunkIndex::new(&man);
         for (name, shape) in names::expected_tensors(&cfg) {
             match tensors.get(&name).map(|&i| &man.tensors[i].shape) {
                 None => return Err(bad(format!("{name}: missing (expected shape {shape:?} from config.json)"))),
@@ -57,13 +72,13 @@ impl StoreSource {
                 return Err(bad(format!("{}: its pieces do not add up to its shape and dtype", t.name)));
             }
             for p in &t.pieces {
-                let c = chunks.get(&p.chunk).map(|&i| &man.chunks[i]);
+                let c = chunks.entry(&man, &p.chunk);
                 if c.is_none_or(|c| p.offset.checked_add(p.len).is_none_or(|end| end > c.bytes)) {
                     return Err(bad(format!("{}: piece outside chunk {}", t.name, p.chunk)));
                 }
             }
         }
-        Ok(StoreSource { store, man, cfg, tensors })
+        Ok(StoreSource { store, man, cfg, tensors, chunks })
     }
 
     /// The manifest read at open.
@@ -93,7 +108,7 @@ impl StoreSource {
             let mut checked = Ok(());
             self.store.read_with(&p.chunk, &mut |bytes| {
                 if !self.store.checked() {
-                    checked = check_chunk(&self.man, &p.chunk, bytes);
+                    checked = self.chunks.check(&self.man, &p.chunk, bytes);
                     if checked.is_err() {
                         return;
                     }

@@ -3,6 +3,7 @@
 //! step, say — so that code written against [`ChunkStore`] (like [`StoreSource`](super::StoreSource))
 //! runs on IndexedDB's data while host memory holds about one block.
 
+use super::source::ChunkIndex;
 use super::{AsyncChunkStore, ChunkStore, Manifest};
 use crate::base::config::ModelConfig;
 use crate::base::error::{Error, Result};
@@ -91,6 +92,7 @@ pub struct StoreFetch<S> {
     store: Arc<S>,
     staged: Arc<StagedChunks>,
     man: Manifest,
+    chunks: ChunkIndex,
     cfg: ModelConfig,
     peak: AtomicUsize,
 }
@@ -101,7 +103,7 @@ impl<S: AsyncChunkStore> StoreFetch<S> {
         let cfg = ModelConfig::from_json(&man.config)
             .map_err(|e| Error::msg(format!("model {}: config.json: {e}", man.model)))?;
         let staged = Arc::new(StagedChunks::new([super::manifest_key(&man.model)]));
-        Ok(StoreFetch { store, staged, man, cfg, peak: AtomicUsize::new(0) })
+        Ok(StoreFetch { store, staged, chunks: ChunkIndex::new(&man), man, cfg, peak: AtomicUsize::new(0) })
     }
 
     /// The staged chunks, to read through a [`StoreSource`](super::StoreSource).
@@ -111,7 +113,7 @@ impl<S: AsyncChunkStore> StoreFetch<S> {
 
     /// Stage `keys` (and the manifest), and note the bytes held.
     pub async fn stage(&self, keys: &[String]) -> Result<()> {
-        let check = |key: &str, bytes: &[u8]| super::source::check_chunk(&self.man, key, bytes);
+        let check = |key: &str, bytes: &[u8]| self.chunks.check(&self.man, key, bytes);
         self.staged.stage(self.store.as_ref(), keys, &check).await?;
         self.peak.fetch_max(self.staged.bytes(), Ordering::Relaxed);
         Ok(())
