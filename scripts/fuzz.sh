@@ -6,7 +6,7 @@
 #
 # Starts from fuzz/seeds/<target>/ (valid inputs) and fuzz/corpus/<target>/ (what earlier runs
 # kept), minimizes the corpus afterwards, and copies every crash, timeout or out-of-memory
-# input to fuzz/regressions/<target>/, where `cargo test --test fuzz_corpus` (part of
+# input to fuzz/regressions/<target>/, where `cargo test --test integration fuzz_corpus::` (part of
 # scripts/test.sh) replays it. Exits non-zero when anything was found. Prints executions per
 # target. Inputs are capped at 64 KiB, memory at 2 GiB, one input's time at 10 s.
 set -euo pipefail
@@ -27,7 +27,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version '^0.13'
 
 # The seeds that are files (GGUF), then the ones the harness makes, written out for libFuzzer.
 cargo test -q --lib write_fuzz_seeds -- --ignored >/dev/null
-cargo test -q --test fuzz_corpus write_seeds -- --ignored >/dev/null
+cargo test -q --test integration fuzz_corpus::write_seeds -- --ignored >/dev/null
 
 cargo +nightly fuzz build
 found=0

@@ -29,13 +29,13 @@ bash scripts/setup.sh
 
 stage "2/5 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan)"
 cargo test
-# The browser run checks its fixture losses (NATIVE_LOSS lines of grad_fixtures) and its training
-# losses and token ids (NATIVE_TRAIN_LOSS lines of train_browser) against these native ones,
+# The browser run checks its fixture losses (NATIVE_LOSS lines of tests/grad_fixtures.rs) and its training
+# losses and token ids (NATIVE_TRAIN_LOSS lines of tests/train_browser.rs) against these native ones,
 # all in one "name=value,..." list read at compile time.
 WEBTUNE_NATIVE_LOSSES=$(
   {
-    cargo test -q --test grad_fixtures -- --nocapture 2>/dev/null | sed -n 's/^NATIVE_LOSS //p' || exit 1
-    cargo test -q --test train_browser -- --nocapture 2>/dev/null | sed -n 's/^NATIVE_TRAIN_LOSS //p'
+    cargo test -q --test integration -- --nocapture grad_fixtures:: 2>/dev/null | sed -n 's/^NATIVE_LOSS //p' || exit 1
+    cargo test -q --test integration -- --nocapture train_browser:: 2>/dev/null | sed -n 's/^NATIVE_TRAIN_LOSS //p'
   } | paste -sd, -
 )
 export WEBTUNE_NATIVE_LOSSES

@@ -7,7 +7,7 @@
 //! - a streamed model on a `StoreSource` gives bit-identical loss and LoRA gradients, with the
 //!   host cache and without it (each block then converted ahead of its use, once per use).
 
-mod common;
+use crate::common;
 
 use common::{both, fixtures, test};
 use std::sync::{Arc, Mutex};
@@ -259,7 +259,7 @@ async fn loss_and_grads(
 }
 
 async fn same_gradients_from_store() {
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     for tie in [false, true] {
         let ckpt = llama_bias(tie);
         let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());

@@ -12,7 +12,7 @@
 //! With `.cache/models/smollm2-135m-instruct/` and tests/fixtures/smollm2/greedy.json, the ignored
 //! `smollm2_greedy_matches_transformers` compares greedy ids with transformers' (native only).
 
-mod common;
+use crate::common;
 
 use common::both;
 use common::fixtures::{llama_bias, llama_tiny, qwen2_tiny, Fixture};
@@ -23,7 +23,7 @@ use webtune::model::lora::Lora;
 use webtune::model::Model;
 
 struct Loaded {
-    gpu: Gpu,
+    gpu: std::rc::Rc<Gpu>,
     model: Model,
     lora: Lora,
     /// Row 2 of batch.json: no padding.
@@ -31,7 +31,7 @@ struct Loaded {
 }
 
 async fn load(f: &Fixture) -> Loaded {
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let ckpt = f.checkpoint();
     let model = Model::load(&gpu, &ckpt).unwrap_or_else(|e| panic!("{}: {e}", f.name));
     let adapter = f.adapter();
@@ -208,7 +208,7 @@ both!(llama_bias_logits_match_training_loss, logits_match_training_loss(llama_bi
 /// of tests/fixtures/smollm2/greedy.json, 32 new tokens, EOS 2; prints how many match and the
 /// time per token, without LoRA and with a zero-B rank-8 adapter on all projections (same
 /// tokens), unmerged and merged.
-/// `XDG_RUNTIME_DIR=/tmp cargo test --test generate smollm2 -- --ignored --nocapture`
+/// `XDG_RUNTIME_DIR=/tmp cargo test --test integration generate::smollm2 -- --ignored --nocapture`
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 #[ignore]
@@ -225,7 +225,7 @@ fn smollm2_greedy_matches_transformers() {
         v.as_array().expect("an id list").iter().map(|x| x.as_u64().expect("an id") as u32).collect()
     };
     block_on(async {
-        let gpu = webtune::kernels::testutil::test_gpu().await;
+        let gpu = webtune::kernels::testutil::shared_test_gpu().await;
         let ckpt = Checkpoint::open_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let model = Model::load(&gpu, &ckpt).expect("model loads");
         let adapter = Adapter::new_init(&model.cfg, 8, 16.0, &Proj::all(), 1);
@@ -293,7 +293,7 @@ fn smollm2_greedy_matches_transformers() {
 }
 
 /// Where a SmolLM2 decode step's time goes: recording (host: buffers, bind groups) vs waiting for
-/// the GPU, and process CPU time. `cargo test --test generate smollm2_decode_bench -- --ignored --nocapture`
+/// the GPU, and process CPU time. `cargo test --test integration generate::smollm2_decode_bench -- --ignored --nocapture`
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 #[ignore]
@@ -310,7 +310,7 @@ fn smollm2_decode_bench() {
     };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/models/smollm2-135m-instruct");
     block_on(async {
-        let gpu = webtune::kernels::testutil::test_gpu().await;
+        let gpu = webtune::kernels::testutil::shared_test_gpu().await;
         let ckpt = Checkpoint::open_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let model = Model::load(&gpu, &ckpt).expect("model loads");
         let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 7).collect();

@@ -3,7 +3,7 @@
 //! runs scripts/convert-gguf-to-hf.py). Ignored by default: it needs .cache/gguf/ and
 //! .cache/models/smollm2-135m-instruct/ (`bash scripts/get-smollm2.sh`) and a GPU adapter.
 //!
-//!     cargo test --test gguf_smollm2 -- --ignored --nocapture
+//!     cargo test --test integration gguf_smollm2:: -- --ignored --nocapture
 //!
 //! Checks: `import_gguf_to_dir` writes a directory that opens as a checkpoint; every tensor equals
 //! the reference's within bf16 rounding (both round the same f32 dequantization once, so they
@@ -13,7 +13,7 @@
 //! with transformers' top-5 values there.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod common;
+use crate::common;
 
 use common::{CHAT_TEMPLATE, TOKENIZER_CONFIG, TOKENIZER_JSON};
 use std::path::{Path, PathBuf};

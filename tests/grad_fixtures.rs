@@ -10,7 +10,7 @@
 //! expected-q4.safetensors (scripts/make-q4-fixture.py: the same float64 PyTorch + PEFT
 //! reference, on the weights `webtune dequantize --weights q4` writes), resident and streamed.
 
-mod common;
+use crate::common;
 
 use common::fixtures::{llama_bias, llama_tiny, qwen2_tiny, Fixture};
 use common::{both, IN_BROWSER};

@@ -6,7 +6,7 @@
 //!   step 10, and live bytes return to their pre-step value after every step
 //!   (the long run is tests/soak.rs).
 
-mod common;
+use crate::common;
 
 use common::{both, chat_line, fixtures, log, tiny_model_files, IN_BROWSER};
 use webtune::data::dataset::{load_jsonl, Example};

@@ -3,7 +3,7 @@
 //! regenerated perturbation, the SPSA estimate against the exact gradient, the update, and the
 //! cosine between MeZO's gradient estimate and the true gradient.
 
-mod common;
+use crate::common;
 
 use common::{both, fixtures};
 use webtune::formats::batch::Batch;
@@ -14,7 +14,7 @@ use webtune::model::{Model, StepInput};
 use webtune::train::mezo::{mezo_gradient_cosine, mezo_step, streams, MezoConfig};
 
 struct Setup {
-    gpu: Gpu,
+    gpu: std::rc::Rc<Gpu>,
     model: Model,
     lora: Lora,
     input: StepInput,
@@ -23,7 +23,7 @@ struct Setup {
 async fn llama_bias() -> Setup {
     let f = fixtures::llama_bias();
     let dir = f.name;
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let ckpt = f.checkpoint();
     webtune::formats::checkpoint::validate(&ckpt).unwrap_or_else(|e| panic!("{dir}: {e}"));
     let adapter = f.adapter();
@@ -63,7 +63,7 @@ fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
 /// backends that fuse multiply-adds) and standard normal: over 1e5 samples the standard errors of mean and variance are 3.2e-3
 /// and 4.5e-3, so ±0.02 and ±0.03 are > 6σ.
 async fn z_matches_host() {
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let n = 100_003;
     let t = gpu.zeros(&[n], DType::F32, Category::Scratch).unwrap();
     perturb(&gpu, &t, 1.0, 2024, 5);

@@ -5,7 +5,7 @@
 //! answer, and delete everything.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod common;
+use crate::common;
 
 use common::{chat_line, tiny_model_files, TempDir};
 use webtune::data::tokenizer::Message;

@@ -8,7 +8,7 @@
 //! `WEBTUNE_NATIVE_LOSSES`, and the browser run checks its losses against them within 1e-5
 //! relative and its token ids exactly.
 
-mod common;
+use crate::common;
 
 use common::{both, chat_line, ids_hash, log, native_value, tiny_model_files, IN_BROWSER};
 use webtune::data::dataset::load_jsonl;
@@ -58,7 +58,7 @@ fn config() -> TrainConfig {
 }
 
 async fn tiny_model_trains() {
-    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
     let ckpt = Checkpoint::from_files(tiny_model_files(7)).expect("the tiny model opens");
     webtune::formats::checkpoint::validate(&ckpt).expect("the tiny model has every tensor");
     let tok = Tokenizer::from_checkpoint(&ckpt).expect("the tokenizer loads");

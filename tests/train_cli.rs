@@ -17,7 +17,7 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-mod common;
+use crate::common;
 
 use common::{chat_line, tiny_model_dir, TempDir};
 use std::io::{BufRead, BufReader};

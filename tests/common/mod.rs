@@ -1,5 +1,6 @@
-//! What the integration tests share (each tests/*.rs is its own crate and includes this
-//! module with `mod common;`, taking the parts it needs):
+//! What the integration tests share (tests/integration.rs makes them one crate with this module
+//! in it; tests/soak.rs and tests/gguf_import_memory.rs, crates of their own, include it with
+//! `mod common;`), each taking the parts it needs:
 //!
 //! - [`stamp`]: a test written once for both runtimes: the sync [`test`] attribute, the async
 //!   [`both!`] stamper, [`log!`] and [`IN_BROWSER`]; and, below, the one
