@@ -41,10 +41,53 @@ WEBTUNE_NATIVE_LOSSES=$(
 export WEBTUNE_NATIVE_LOSSES
 echo "native fixture losses: $WEBTUNE_NATIVE_LOSSES"
 
-stage "3/5 browser tests: wasm-pack test --headless --chrome (WebGPU in Chromium)"
-# webdriver.json beside Cargo.toml holds Chromium's flags (--enable-unsafe-webgpu ...).
-CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}" WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}" \
-  wasm-pack test --headless --chrome
+stage "3/5 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner in headless Chromium (WebGPU), two at once"
+# What `wasm-pack test --headless --chrome` does, in two lanes: cargo builds every test binary
+# for wasm32 once, then wasm-bindgen-test-runner (setup.sh pins it to Cargo.lock's wasm-bindgen)
+# runs each in headless Chromium, with the flags in webdriver.json (--enable-unsafe-webgpu ...).
+# A Chromium on SwiftShader keeps one core busy (compiling and running the shaders), so the
+# library's tests run in one Chromium while the integration tests run in another: the stage
+# takes the longer lane instead of the sum of both.
+export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
+cargo test --target wasm32-unknown-unknown --no-run --message-format=json-render-diagnostics \
+  > target/wasm-tests.jsonl
+# "lib PATH" for the library's tests, "NAME PATH" for each tests/ binary (and the CLI's).
+mapfile -t wasm_tests < <(node -e '
+  for (const l of require("fs").readFileSync("target/wasm-tests.jsonl", "utf8").split("\n")) {
+    const m = l.startsWith("{") ? JSON.parse(l) : {};
+    if (m.reason === "compiler-artifact" && m.executable && m.profile.test)
+      console.log((m.target.kind.includes("rlib") ? "lib" : m.target.name) + " " + m.executable);
+  }')
+lib_bins=() other_bins=()
+for t in "${wasm_tests[@]}"; do
+  case "$t" in
+    "lib "*) lib_bins+=("${t#* }") ;;
+    "integration "*) other_bins=("${t#* }" "${other_bins[@]}") ;; # the longest first
+    *) other_bins+=("${t#* }") ;;
+  esac
+done
+[ ${#lib_bins[@]} -eq 1 ] && [ ${#other_bins[@]} -ge 2 ] || { echo "wasm test binaries not found: ${wasm_tests[*]}" >&2; exit 1; }
+# Run test binaries one after the other, each line of their output prefixed with the lane's name.
+lane() {
+  local name=$1
+  shift
+  (
+    for bin in "$@"; do
+      echo "--- $(basename "$bin")"
+      wasm-bindgen-test-runner "$bin" || exit 1
+    done
+  ) 2>&1 | sed -u "s/^/[$name] /"
+  return "${PIPESTATUS[0]}"
+}
+lane lib "${lib_bins[@]}" &
+lib_lane=$!
+lane tests "${other_bins[@]}" &
+tests_lane=$!
+failed=0
+wait $lib_lane || failed=1
+wait $tests_lane || failed=1
+[ $failed -eq 0 ] || { echo "browser tests failed (see the [lib] and [tests] lines above)" >&2; exit 1; }
 
 stage "4/5 the npm package and its example app in Chromium (scripts/test-browser-app.sh)"
 # build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack; then the Vite example
