@@ -24,11 +24,62 @@ stage() {
   echo "=== $1"
 }
 
+# run_in_two_lanes RUNNER CARGO-ARGS...: build the test binaries (`cargo test --no-run
+# CARGO-ARGS`), then run the integration tests (the longest binary) in one lane and the rest, the
+# library's unit tests first, in another, at once, each with RUNNER (empty: the binary itself):
+# what `cargo test` or `wasm-pack test` would run one after the other. Each lane's output is
+# prefixed with its name; both lanes finish before it returns, failing if either failed.
+run_in_two_lanes() {
+  local runner=$1 json=target/test-binaries.jsonl t
+  shift
+  cargo test --no-run --message-format=json-render-diagnostics "$@" > "$json"
+  local integration=() others=()
+  while read -r t; do
+    case "$t" in
+      "integration "*) integration+=("${t#* }") ;;
+      "lib "*) others=("${t#* }" "${others[@]}") ;;
+      *) others+=("${t#* }") ;;
+    esac
+  done < <(node -e '
+    for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n")) {
+      const m = l.startsWith("{") ? JSON.parse(l) : {};
+      if (m.reason === "compiler-artifact" && m.executable && m.profile.test)
+        console.log((m.target.kind.includes("rlib") ? "lib" : m.target.name) + " " + m.executable);
+    }' "$json")
+  if [ ${#integration[@]} -ne 1 ] || [ ${#others[@]} -lt 3 ]; then
+    echo "test binaries not found in $json: ${integration[*]} ${others[*]}" >&2
+    return 1
+  fi
+  lane integration "$runner" "${integration[@]}" &
+  local a=$!
+  lane others "$runner" "${others[@]}" &
+  local b=$! failed=0
+  wait $a || failed=1
+  wait $b || failed=1
+  [ $failed -eq 0 ] || echo "tests failed (see the [integration] and [others] lines above)" >&2
+  return $failed
+}
+# lane NAME RUNNER BIN...: run test binaries one after the other, each output line prefixed.
+lane() {
+  local name=$1 runner=$2
+  shift 2
+  (
+    for bin in "$@"; do
+      echo "--- $(basename "$bin")"
+      $runner "$bin" || exit 1
+    done
+  ) 2>&1 | sed -u "s/^/[$name] /"
+  return "${PIPESTATUS[0]}"
+}
+
 stage "1/5 setup (scripts/setup.sh)"
 bash scripts/setup.sh
 
-stage "2/5 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan)"
-cargo test
+stage "2/5 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan), two binaries at once"
+# The integration tests' tail is one test that starts `webtune` processes one after another,
+# so the library's tests, soak and the import's heap test run beside them.
+run_in_two_lanes ""
+cargo test -q --doc
 # The browser run checks its fixture losses (NATIVE_LOSS lines of tests/grad_fixtures.rs) and its training
 # losses and token ids (NATIVE_TRAIN_LOSS lines of tests/train_browser.rs) against these native ones,
 # all in one "name=value,..." list read at compile time.
@@ -41,53 +92,16 @@ WEBTUNE_NATIVE_LOSSES=$(
 export WEBTUNE_NATIVE_LOSSES
 echo "native fixture losses: $WEBTUNE_NATIVE_LOSSES"
 
-stage "3/5 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner in headless Chromium (WebGPU), two at once"
+stage "3/5 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner in headless Chromium (WebGPU), two binaries at once"
 # What `wasm-pack test --headless --chrome` does, in two lanes: cargo builds every test binary
 # for wasm32 once, then wasm-bindgen-test-runner (setup.sh pins it to Cargo.lock's wasm-bindgen)
 # runs each in headless Chromium, with the flags in webdriver.json (--enable-unsafe-webgpu ...).
 # A Chromium on SwiftShader keeps one core busy (compiling and running the shaders), so the
-# library's tests run in one Chromium while the integration tests run in another: the stage
+# integration tests run in one Chromium while the library's tests run in another: the stage
 # takes the longer lane instead of the sum of both.
 export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
-cargo test --target wasm32-unknown-unknown --no-run --message-format=json-render-diagnostics \
-  > target/wasm-tests.jsonl
-# "lib PATH" for the library's tests, "NAME PATH" for each tests/ binary (and the CLI's).
-mapfile -t wasm_tests < <(node -e '
-  for (const l of require("fs").readFileSync("target/wasm-tests.jsonl", "utf8").split("\n")) {
-    const m = l.startsWith("{") ? JSON.parse(l) : {};
-    if (m.reason === "compiler-artifact" && m.executable && m.profile.test)
-      console.log((m.target.kind.includes("rlib") ? "lib" : m.target.name) + " " + m.executable);
-  }')
-lib_bins=() other_bins=()
-for t in "${wasm_tests[@]}"; do
-  case "$t" in
-    "lib "*) lib_bins+=("${t#* }") ;;
-    "integration "*) other_bins=("${t#* }" "${other_bins[@]}") ;; # the longest first
-    *) other_bins+=("${t#* }") ;;
-  esac
-done
-[ ${#lib_bins[@]} -eq 1 ] && [ ${#other_bins[@]} -ge 2 ] || { echo "wasm test binaries not found: ${wasm_tests[*]}" >&2; exit 1; }
-# Run test binaries one after the other, each line of their output prefixed with the lane's name.
-lane() {
-  local name=$1
-  shift
-  (
-    for bin in "$@"; do
-      echo "--- $(basename "$bin")"
-      wasm-bindgen-test-runner "$bin" || exit 1
-    done
-  ) 2>&1 | sed -u "s/^/[$name] /"
-  return "${PIPESTATUS[0]}"
-}
-lane lib "${lib_bins[@]}" &
-lib_lane=$!
-lane tests "${other_bins[@]}" &
-tests_lane=$!
-failed=0
-wait $lib_lane || failed=1
-wait $tests_lane || failed=1
-[ $failed -eq 0 ] || { echo "browser tests failed (see the [lib] and [tests] lines above)" >&2; exit 1; }
+run_in_two_lanes wasm-bindgen-test-runner --target wasm32-unknown-unknown
 
 stage "4/5 the npm package and its example app in Chromium (scripts/test-browser-app.sh)"
 # build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack; then the Vite example
