@@ -32,6 +32,7 @@ stage() {
 run_in_two_lanes() {
   local runner=$1 json=target/test-binaries.jsonl t
   shift
+  mkdir -p target
   cargo test --no-run --message-format=json-render-diagnostics "$@" > "$json"
   local integration=() others=()
   while read -r t; do
