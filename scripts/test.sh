@@ -73,10 +73,10 @@ lane() {
   return "${PIPESTATUS[0]}"
 }
 
-stage "1/5 setup (scripts/setup.sh)"
+stage "1/4 setup (scripts/setup.sh)"
 bash scripts/setup.sh
 
-stage "2/5 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan), two binaries at once"
+stage "2/4 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan), two binaries at once"
 # The integration tests' tail is one test that starts `webtune` processes one after another,
 # so the library's tests, soak and the import's heap test run beside them.
 run_in_two_lanes ""
@@ -93,7 +93,7 @@ WEBTUNE_NATIVE_LOSSES=$(
 export WEBTUNE_NATIVE_LOSSES
 echo "native fixture losses: $WEBTUNE_NATIVE_LOSSES"
 
-stage "3/5 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner in headless Chromium (WebGPU), two binaries at once"
+stage "3/4 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner in headless Chromium (WebGPU), two binaries at once"
 # What `wasm-pack test --headless --chrome` does, in two lanes: cargo builds every test binary
 # for wasm32 once, then wasm-bindgen-test-runner (setup.sh pins it to Cargo.lock's wasm-bindgen)
 # runs each in headless Chromium, with the flags in webdriver.json (--enable-unsafe-webgpu ...).
@@ -104,15 +104,28 @@ export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 run_in_two_lanes wasm-bindgen-test-runner --target wasm32-unknown-unknown
 
-stage "4/5 the npm package and its example app in Chromium (scripts/test-browser-app.sh)"
-# build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack; then the Vite example
-# app installs the tarball and trains the tiny model in a worker (Playwright).
-bash scripts/test-browser-app.sh
-
-stage "5/5 the web page in Chromium (scripts/test-page.sh)"
-# The page serve.sh builds (reusing stage 4's wasm), driven end to end; screenshots in
-# target/screenshots/.
-bash scripts/test-page.sh
+stage "4/4 the npm package, then its example app and the web page in Chromium, at once"
+# build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack. Then two lanes (each
+# Chromium keeps a core busy): the Vite example app installs the tarball and trains the tiny
+# model in a worker (scripts/test-browser-app.sh, Playwright; --no-wasm: the wasm just built),
+# and the page serve.sh builds from the same wasm is driven end to end (scripts/test-page.sh;
+# screenshots in target/screenshots/).
+bash scripts/build-npm.sh
+cargo build --bin webtune
+(
+  bash scripts/test-browser-app.sh --no-wasm 2>&1 | sed -u "s/^/[app] /"
+  exit "${PIPESTATUS[0]}"
+) &
+app_lane=$!
+(
+  bash scripts/test-page.sh 2>&1 | sed -u "s/^/[page] /"
+  exit "${PIPESTATUS[0]}"
+) &
+page_lane=$!
+failed=0
+wait $app_lane || failed=1
+wait $page_lane || failed=1
+[ $failed -eq 0 ] || { echo "the example app or the page failed (see the [app] and [page] lines above)" >&2; exit 1; }
 
 stage_end
 echo
