@@ -24,11 +24,40 @@ stage() {
   echo "=== $1"
 }
 
+# in_lane NAME CMD...: run CMD in the background, each line of its output prefixed [NAME];
+# wait_lanes waits for every lane started so far and fails if any failed. On this machine a
+# Chromium on SwiftShader, or a test binary whose tail is one long test, leaves a core idle, so
+# two lanes finish in about the time of the longer one.
+lanes=()
+in_lane() {
+  local name=$1
+  shift
+  (
+    "$@" 2>&1 | sed -u "s/^/[$name] /"
+    exit "${PIPESTATUS[0]}"
+  ) &
+  lanes+=($!)
+}
+wait_lanes() {
+  local failed=0 pid
+  for pid in "${lanes[@]}"; do wait "$pid" || failed=1; done
+  lanes=()
+  [ $failed -eq 0 ] || echo "a lane failed (see its prefixed lines above)" >&2
+  return $failed
+}
+# run_bins RUNNER BIN...: run test binaries one after the other with RUNNER (empty: the binary itself).
+run_bins() {
+  local runner=$1 bin
+  shift
+  for bin in "$@"; do
+    echo "--- $(basename "$bin")"
+    $runner "$bin" || return 1
+  done
+}
 # run_in_two_lanes RUNNER CARGO-ARGS...: build the test binaries (`cargo test --no-run
 # CARGO-ARGS`), then run the integration tests (the longest binary) in one lane and the rest, the
-# library's unit tests first, in another, at once, each with RUNNER (empty: the binary itself):
-# what `cargo test` or `wasm-pack test` would run one after the other. Each lane's output is
-# prefixed with its name; both lanes finish before it returns, failing if either failed.
+# library's unit tests first, in another: what `cargo test` or `wasm-pack test` would run one
+# after the other.
 run_in_two_lanes() {
   local runner=$1 json=target/test-binaries.jsonl t
   shift
@@ -51,26 +80,9 @@ run_in_two_lanes() {
     echo "test binaries not found in $json: ${integration[*]} ${others[*]}" >&2
     return 1
   fi
-  lane integration "$runner" "${integration[@]}" &
-  local a=$!
-  lane others "$runner" "${others[@]}" &
-  local b=$! failed=0
-  wait $a || failed=1
-  wait $b || failed=1
-  [ $failed -eq 0 ] || echo "tests failed (see the [integration] and [others] lines above)" >&2
-  return $failed
-}
-# lane NAME RUNNER BIN...: run test binaries one after the other, each output line prefixed.
-lane() {
-  local name=$1 runner=$2
-  shift 2
-  (
-    for bin in "$@"; do
-      echo "--- $(basename "$bin")"
-      $runner "$bin" || exit 1
-    done
-  ) 2>&1 | sed -u "s/^/[$name] /"
-  return "${PIPESTATUS[0]}"
+  in_lane integration run_bins "$runner" "${integration[@]}"
+  in_lane others run_bins "$runner" "${others[@]}"
+  wait_lanes
 }
 
 stage "1/4 setup (scripts/setup.sh)"
@@ -112,20 +124,9 @@ stage "4/4 the npm package, then its example app and the web page in Chromium, a
 # screenshots in target/screenshots/).
 bash scripts/build-npm.sh
 cargo build --bin webtune
-(
-  bash scripts/test-browser-app.sh --no-wasm 2>&1 | sed -u "s/^/[app] /"
-  exit "${PIPESTATUS[0]}"
-) &
-app_lane=$!
-(
-  bash scripts/test-page.sh 2>&1 | sed -u "s/^/[page] /"
-  exit "${PIPESTATUS[0]}"
-) &
-page_lane=$!
-failed=0
-wait $app_lane || failed=1
-wait $page_lane || failed=1
-[ $failed -eq 0 ] || { echo "the example app or the page failed (see the [app] and [page] lines above)" >&2; exit 1; }
+in_lane app bash scripts/test-browser-app.sh --no-wasm
+in_lane page bash scripts/test-page.sh
+wait_lanes
 
 stage_end
 echo
