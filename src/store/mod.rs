@@ -27,7 +27,7 @@ pub use dir::DirStore;
 pub use memory::MemoryStore;
 pub use source::StoreSource;
 
-use crate::base::bytes::{self, fnv1a64};
+use crate::base::bytes::{fnv1a64, matches};
 use crate::base::error::{Error, Result};
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
@@ -194,7 +194,7 @@ pub(crate) async fn put_checked_async<S: AsyncChunkStore + ?Sized>(
     let len = bytes.as_ref().len();
     drop(bytes);
     let back = store.get(key).await?;
-    if !bytes::matches(&back, len, &sum) {
+    if !matches(&back, len, &sum) {
         return Err(Error::msg(format!("import {model}: {key} reads back other bytes than were written")));
     }
     Ok(sum)
@@ -268,7 +268,7 @@ pub async fn read_model_file<S: AsyncChunkStore + ?Sized>(
 ) -> Result<Option<Vec<u8>>> {
     let Some(f) = man.files.iter().find(|f| f.name == name) else { return Ok(None) };
     let bytes = store.get(&f.key).await?;
-    if !bytes::matches(&bytes, f.bytes, &f.fnv1a64) {
+    if !matches(&bytes, f.bytes, &f.fnv1a64) {
         return Err(Error::msg(format!(
             "model {}: {} ({}) is corrupt (size or checksum differs)",
             man.model, name, f.key

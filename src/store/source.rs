@@ -2,7 +2,7 @@
 //! that hold the bytes asked for.
 
 use super::{read_manifest, ChunkStore, Manifest, TensorEntry, MANIFEST_VERSION};
-use crate::base::bytes;
+use crate::base::bytes::matches;
 use crate::base::config::ModelConfig;
 use crate::base::error::{Error, Result};
 use crate::base::host::HostTensor;
@@ -38,7 +38,7 @@ impl ChunkIndex {
     /// key the manifest does not list as a chunk, such as the manifest itself, passes).
     pub(crate) fn check(&self, man: &Manifest, key: &str, bytes: &[u8]) -> Result<()> {
         match self.entry(man, key) {
-            Some(c) if !bytes::matches(bytes, c.bytes, &c.fnv1a64) => {
+            Some(c) if !matches(bytes, c.bytes, &c.fnv1a64) => {
                 Err(Error::msg(format!("model {}: chunk {key} is corrupt (size or checksum differs)", man.model)))
             }
             _ => Ok(()),
