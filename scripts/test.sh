@@ -10,6 +10,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 start=$SECONDS
+# Everything this script prints also goes to target/test-output.log, from which the last line
+# counts the tests of every runner (see summary below).
+mkdir -p target
+log=target/test-output.log
+exec > >(tee "$log") 2>&1
 stage_name=""
 stage_start=$SECONDS
 stage_end() {
@@ -128,6 +133,29 @@ in_lane app bash scripts/test-browser-app.sh --no-wasm
 in_lane page bash scripts/test-page.sh
 wait_lanes
 
+# summary: one closing line for the whole run, "tests: N passed, N failed, N skipped", summed
+# over the closing lines of every runner above: cargo's and wasm-bindgen-test-runner's
+# "test result: ok. N passed; N failed; N ignored" (lane-prefixed or not) and the app's and the
+# page's "[app] N passed, N failed". The runners' own closing lines are prefixed by their lane
+# or, like the doc tests' (all ```text or ignored), count nothing: without this line a reader of
+# the log's tail would see no test run.
+summary() {
+  node -e '
+    let passed = 0, failed = 0, skipped = 0, runs = 0;
+    for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n")) {
+      let m = l.match(/^(?:\[[a-z]+\] )?test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored/);
+      if (!m) m = l.match(/^\[(?:app|page)\] (\d+) passed, (\d+) failed/);
+      if (!m) continue;
+      runs++;
+      passed += +m[1];
+      failed += +m[2];
+      skipped += +(m[3] || 0);
+    }
+    if (runs < 6) { console.error(`only ${runs} test runs found in ${process.argv[1]}`); process.exit(1); }
+    console.log(`tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);' "$log"
+}
+
 stage_end
 echo
 echo "=== all tests passed in $((SECONDS - start)) s"
+summary
