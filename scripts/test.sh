@@ -96,18 +96,22 @@ bash scripts/setup.sh
 stage "2/4 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan), two binaries at once"
 # The integration tests' tail is one test that starts `webtune` processes one after another,
 # so the library's tests, soak and the import's heap test run beside them.
+# The browser run checks its fixture losses (tests/grad_fixtures.rs) and its training losses and
+# token ids (tests/train_browser.rs) against the native ones: those tests append them to
+# WEBTUNE_NATIVE_LOSSES_OUT here, and the browser build reads them at compile time from
+# WEBTUNE_NATIVE_LOSSES ("name=value,...").
+export WEBTUNE_NATIVE_LOSSES_OUT="$PWD/target/native-losses.txt"
+rm -f "$WEBTUNE_NATIVE_LOSSES_OUT"
 run_in_two_lanes ""
 cargo test -q --doc
-# The browser run checks its fixture losses (NATIVE_LOSS lines of tests/grad_fixtures.rs) and its training
-# losses and token ids (NATIVE_TRAIN_LOSS lines of tests/train_browser.rs) against these native ones,
-# all in one "name=value,..." list read at compile time.
-WEBTUNE_NATIVE_LOSSES=$(
-  {
-    cargo test -q --test integration -- --nocapture grad_fixtures:: 2>/dev/null | sed -n 's/^NATIVE_LOSS //p' || exit 1
-    cargo test -q --test integration -- --nocapture train_browser:: 2>/dev/null | sed -n 's/^NATIVE_TRAIN_LOSS //p'
-  } | paste -sd, -
-)
+# 7 fixture losses (3 fixtures, 4 of them with q4 weights) and 4 training values (3 steps and an example's token ids).
+if [ "$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT" | wc -l)" -lt 11 ]; then
+  echo "fewer native losses than the browser run checks in $WEBTUNE_NATIVE_LOSSES_OUT" >&2
+  exit 1
+fi
+WEBTUNE_NATIVE_LOSSES=$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT" | paste -sd, -)
 export WEBTUNE_NATIVE_LOSSES
+unset WEBTUNE_NATIVE_LOSSES_OUT
 echo "native fixture losses: $WEBTUNE_NATIVE_LOSSES"
 
 stage "3/4 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner in headless Chromium (WebGPU), two binaries at once"

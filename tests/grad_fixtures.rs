@@ -73,11 +73,7 @@ fn check_against(f: &Fixture, want: &HashMap<String, Vec<f64>>, got: &GradResult
 
 /// Native losses handed over by scripts/test.sh, if any.
 fn native_loss(name: &str) -> Option<f32> {
-    option_env!("WEBTUNE_NATIVE_LOSSES")?
-        .split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
-        .and_then(|(_, v)| v.parse().ok())
+    common::native_value(name).map(|v| v as f32)
 }
 
 /// Every product variant this device can run (`kernels::matmul::runnable`) must match the
@@ -102,7 +98,7 @@ async fn check_fixture(f: Fixture) {
         }
     } else {
         // Handed to the browser run by scripts/test.sh.
-        println!("NATIVE_LOSS {}={}", f.name, got.loss);
+        common::hand_over_native("NATIVE_LOSS", f.name, got.loss);
     }
 }
 
@@ -191,7 +187,7 @@ async fn check_q4(f: Fixture, stream: bool) {
             assert!(e <= 1e-5, "{name}: browser loss {} differs from native {} by {e:.3e}", got.loss, native);
         }
     } else {
-        println!("NATIVE_LOSS {name}={}", got.loss);
+        common::hand_over_native("NATIVE_LOSS", &name, got.loss);
     }
 }
 

@@ -20,7 +20,7 @@ use webtune::train::trainer::{TrainConfig, Trainer};
 /// A native value to compare with (browser only), or print one for the browser run (native only).
 fn hand_over(name: &str, value: f64, rtol: f64) {
     if !IN_BROWSER {
-        println!("NATIVE_TRAIN_LOSS {name}={value}");
+        common::hand_over_native("NATIVE_TRAIN_LOSS", name, value);
         return;
     }
     match native_value(name) {

@@ -368,7 +368,6 @@ fn killed_runs_resume_to_the_same_result() {
     // Random delays (printed, to replay a failure) anywhere in a run, checkpoint writes included.
     let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
-    let mut rng = webtune::base::rng::Rng::new(seed);
     let mut trials: Vec<Vec<Kill>> = vec![
         vec![Kill::AfterStep(1)],                     // before the first checkpoint
         vec![Kill::AfterStep(2)],                     // while the first checkpoint is written
@@ -379,8 +378,9 @@ fn killed_runs_resume_to_the_same_result() {
     for t in 0..16 {
         trials.push((0..1 + t % 3).map(|_| Kill::Random).collect());
     }
-    let mut kills = 0;
-    for (t, plan) in trials.iter().enumerate() {
+    // One trial after another, kill, rerun, check.
+    let trial = |t: usize, plan: &[Kill], rng: &mut webtune::base::rng::Rng| -> usize {
+        let mut kills = 0;
         let out = work.join(&format!("trial{t}"));
         let args = train_args(model.path(), &data, &out, &strs(&extra));
         let mut at = None;
@@ -434,8 +434,25 @@ fn killed_runs_resume_to_the_same_result() {
         if !leftovers.is_empty() {
             eprintln!("trial {t}: temporary files left by killed writes: {leftovers:?}");
         }
-    }
-    eprintln!("random delays from seed {seed}; {kills} processes killed");
+        kills
+    };
+    // Two trials at a time, even and odd ones, each thread with random delays of its own
+    // (seed + thread): the trials are independent (an OUT each), and this test is the last
+    // of the binary to finish, so one run at a time left a core idle (50 → ~30 s).
+    eprintln!("random delays from seeds {seed} and {seed} + 1");
+    let kills: usize = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..2u64)
+            .map(|k| {
+                let (trials, trial) = (&trials, &trial);
+                scope.spawn(move || {
+                    let mut rng = webtune::base::rng::Rng::new(seed.wrapping_add(k));
+                    (k as usize..trials.len()).step_by(2).map(|t| trial(t, &trials[t], &mut rng)).sum::<usize>()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).sum()
+    });
+    eprintln!("{kills} processes killed");
     eprintln!("{} trials passed", trials.len());
     assert!(kills >= 20, "only {kills} runs were killed before finishing");
 }

@@ -49,6 +49,25 @@ pub fn native_value(name: &str) -> Option<f64> {
         .and_then(|(_, v)| v.trim().parse().ok())
 }
 
+/// Natively: hand a value to the browser run. It prints `{tag} name=value` (for a person
+/// running the test with --nocapture) and, where `WEBTUNE_NATIVE_LOSSES_OUT` names a file (as
+/// scripts/test.sh does), appends `name=value` to it, so the browser build can get them from
+/// the native run of the whole suite instead of running these tests again.
+pub fn hand_over_native(tag: &str, name: &str, value: impl std::fmt::Display) {
+    println!("{tag} {name}={value}");
+    if let Ok(path) = std::env::var("WEBTUNE_NATIVE_LOSSES_OUT") {
+        use std::io::Write;
+        let line = format!("{name}={value}\n");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("WEBTUNE_NATIVE_LOSSES_OUT {path}: {e}"));
+        // One write per line: the tests run in threads and append to the same file.
+        file.write_all(line.as_bytes()).unwrap_or_else(|e| panic!("WEBTUNE_NATIVE_LOSSES_OUT {path}: {e}"));
+    }
+}
+
 /// A directory under the system temp dir with a unique name, removed (with its contents) on drop.
 #[cfg(not(target_arch = "wasm32"))]
 pub struct TempDir(pub std::path::PathBuf);
