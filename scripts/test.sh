@@ -59,34 +59,36 @@ run_bins() {
     $runner "$bin" || return 1
   done
 }
-# run_in_two_lanes RUNNER CARGO-ARGS...: build the test binaries (`cargo test --no-run
-# CARGO-ARGS`), then run the integration tests (the longest binary) in one lane and the rest, the
-# library's unit tests first, in another: what `cargo test` or `wasm-pack test` would run one
-# after the other.
+# run_in_two_lanes RUNNER "BIN..." CARGO-ARGS...: build the test binaries (`cargo test --no-run
+# CARGO-ARGS`), then run the test binaries named BIN (the integration tests, the longest, first)
+# in one lane and the rest, the library's unit tests first, in another: what `cargo test` or
+# `wasm-pack test` would run one after the other.
 run_in_two_lanes() {
-  local runner=$1 json=target/test-binaries.jsonl t
-  shift
+  local runner=$1 first=" $2 " lane=${2// /+} json=target/test-binaries.jsonl t name
+  shift 2
   mkdir -p target
   cargo test --no-run --message-format=json-render-diagnostics "$@" > "$json"
-  local integration=() others=()
-  while read -r t; do
-    case "$t" in
-      "integration "*) integration+=("${t#* }") ;;
-      "lib "*) others=("${t#* }" "${others[@]}") ;;
-      *) others+=("${t#* }") ;;
-    esac
+  local one=() two=()
+  while read -r name t; do
+    if [[ "$first" == *" $name "* ]]; then
+      one+=("$t")
+    elif [ "$name" = lib ]; then
+      two=("$t" "${two[@]}")
+    else
+      two+=("$t")
+    fi
   done < <(node -e '
     for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n")) {
       const m = l.startsWith("{") ? JSON.parse(l) : {};
       if (m.reason === "compiler-artifact" && m.executable && m.profile.test)
         console.log((m.target.kind.includes("rlib") ? "lib" : m.target.name) + " " + m.executable);
     }' "$json")
-  if [ ${#integration[@]} -ne 1 ] || [ ${#others[@]} -lt 3 ]; then
-    echo "test binaries not found in $json: ${integration[*]} ${others[*]}" >&2
+  if [ ${#one[@]} -ne $(echo $first | wc -w) ] || [ ${#two[@]} -lt 2 ]; then
+    echo "test binaries not found in $json: ${one[*]} | ${two[*]}" >&2
     return 1
   fi
-  in_lane integration run_bins "$runner" "${integration[@]}"
-  in_lane others run_bins "$runner" "${others[@]}"
+  in_lane "$lane" run_bins "$runner" "${one[@]}"
+  in_lane others run_bins "$runner" "${two[@]}"
   wait_lanes
 }
 
@@ -102,7 +104,7 @@ stage "2/4 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan), two bina
 # WEBTUNE_NATIVE_LOSSES ("name=value,...").
 export WEBTUNE_NATIVE_LOSSES_OUT="$PWD/target/native-losses.txt"
 rm -f "$WEBTUNE_NATIVE_LOSSES_OUT"
-run_in_two_lanes ""
+run_in_two_lanes "" integration
 cargo test -q --doc
 # 7 fixture losses (3 fixtures, 4 of them with q4 weights) and 4 training values (3 steps and an example's token ids).
 if [ "$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT" | wc -l)" -lt 11 ]; then
@@ -119,11 +121,12 @@ stage "3/4 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner i
 # for wasm32 once, then wasm-bindgen-test-runner (setup.sh pins it to Cargo.lock's wasm-bindgen)
 # runs each in headless Chromium, with the flags in webdriver.json (--enable-unsafe-webgpu ...).
 # A Chromium on SwiftShader keeps one core busy (compiling and running the shaders), so the
-# integration tests run in one Chromium while the library's tests run in another: the stage
-# takes the longer lane instead of the sum of both.
+# integration tests, then soak, run in one Chromium while the library's tests and the import's
+# heap test run in another (lanes of ~160 and ~170 s): the stage takes the longer lane instead
+# of the sum of both.
 export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
-run_in_two_lanes wasm-bindgen-test-runner --target wasm32-unknown-unknown
+run_in_two_lanes wasm-bindgen-test-runner "integration soak" --target wasm32-unknown-unknown
 
 stage "4/4 the npm package, then its example app and the web page in Chromium, at once"
 # build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack. Then two lanes (each
