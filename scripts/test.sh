@@ -60,8 +60,8 @@ run_bins() {
   done
 }
 # run_in_two_lanes RUNNER "BIN..." CARGO-ARGS...: build the test binaries (`cargo test --no-run
-# CARGO-ARGS`), then run the test binaries named BIN (the integration tests, the longest, first)
-# in one lane and the rest, the library's unit tests first, in another: what `cargo test` or
+# CARGO-ARGS`), then run the test binaries named BIN (the integration tests, the longest) in one
+# lane and the rest, the library's unit tests first, in another: what `cargo test` or
 # `wasm-pack test` would run one after the other.
 run_in_two_lanes() {
   local runner=$1 first=" $2 " lane=${2// /+} json=target/test-binaries.jsonl t name
@@ -121,7 +121,7 @@ stage "3/4 browser tests: cargo test for wasm32, then wasm-bindgen-test-runner i
 # for wasm32 once, then wasm-bindgen-test-runner (setup.sh pins it to Cargo.lock's wasm-bindgen)
 # runs each in headless Chromium, with the flags in webdriver.json (--enable-unsafe-webgpu ...).
 # A Chromium on SwiftShader keeps one core busy (compiling and running the shaders), so the
-# integration tests, then soak, run in one Chromium while the library's tests and the import's
+# integration tests and soak run in one Chromium while the library's tests and the import's
 # heap test run in another (lanes of ~160 and ~170 s): the stage takes the longer lane instead
 # of the sum of both.
 export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
@@ -150,7 +150,7 @@ summary() {
   node -e '
     let passed = 0, failed = 0, skipped = 0, runs = 0;
     for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n")) {
-      let m = l.match(/^(?:\[[a-z]+\] )?test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored/);
+      let m = l.match(/^(?:\[[^\]]+\] )?test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored/);
       if (!m) m = l.match(/^\[(?:app|page)\] (\d+) passed, (\d+) failed/);
       if (!m) continue;
       runs++;
