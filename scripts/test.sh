@@ -77,7 +77,6 @@ run_bins() {
 run_in_two_lanes() {
   local runner=$1 first=" $2 " lane=${2// /+} json=target/test-binaries.jsonl t name
   shift 2
-  mkdir -p target
   cargo test --no-run --message-format=json-render-diagnostics "$@" > "$json"
   local one=() two=()
   while read -r name t; do
@@ -118,11 +117,12 @@ rm -f "$WEBTUNE_NATIVE_LOSSES_OUT"
 run_in_two_lanes "" integration
 cargo test -q --doc
 # 7 fixture losses (3 fixtures, 4 of them with q4 weights) and 4 training values (3 steps and an example's token ids).
-if [ "$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT" | wc -l)" -lt 11 ]; then
+native_losses=$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT")
+if [ "$(echo "$native_losses" | wc -l)" -lt 11 ]; then
   echo "fewer native losses than the browser run checks in $WEBTUNE_NATIVE_LOSSES_OUT" >&2
   exit 1
 fi
-WEBTUNE_NATIVE_LOSSES=$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT" | paste -sd, -)
+WEBTUNE_NATIVE_LOSSES=$(echo "$native_losses" | paste -sd, -)
 export WEBTUNE_NATIVE_LOSSES
 unset WEBTUNE_NATIVE_LOSSES_OUT
 echo "native fixture losses: $WEBTUNE_NATIVE_LOSSES"
@@ -154,15 +154,15 @@ wait_lanes
 # summary: one closing line for the whole run, "tests: N passed, N failed, N skipped", summed
 # over the closing lines of every runner above: cargo's and wasm-bindgen-test-runner's
 # "test result: ok. N passed; N failed; N ignored" (lane-prefixed or not) and the app's and the
-# page's "[app] N passed, N failed". The runners' own closing lines are prefixed by their lane
-# or, like the doc tests' (all ```text or ignored), count nothing: without this line a reader of
-# the log's tail would see no test run.
+# page's "[app] N passed, N failed" (any lane's). The runners' own closing lines are prefixed by
+# their lane or, like the doc tests' (all ```text or ignored), count nothing: without this line
+# a reader of the log's tail would see no test run.
 summary() {
   node -e '
     let passed = 0, failed = 0, skipped = 0, runs = 0;
     for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n")) {
       let m = l.match(/^(?:\[[^\]]+\] )?test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored/);
-      if (!m) m = l.match(/^\[(?:app|page)\] (\d+) passed, (\d+) failed/);
+      if (!m) m = l.match(/^\[[^\]]+\] (\d+) passed, (\d+) failed/);
       if (!m) continue;
       runs++;
       passed += +m[1];

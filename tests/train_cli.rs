@@ -378,7 +378,8 @@ fn killed_runs_resume_to_the_same_result() {
     for t in 0..16 {
         trials.push((0..1 + t % 3).map(|_| Kill::Random).collect());
     }
-    // One trial after another, kill, rerun, check.
+    // Trial t: the run killed as its plan says (each rerun resumes and is checked), then run to
+    // the end and compared with the uninterrupted run. Returns how many runs were killed.
     let trial = |t: usize, plan: &[Kill], rng: &mut webtune::base::rng::Rng| -> usize {
         let mut kills = 0;
         let out = work.join(&format!("trial{t}"));
@@ -438,7 +439,7 @@ fn killed_runs_resume_to_the_same_result() {
     };
     // Two trials at a time, even and odd ones, each thread with random delays of its own
     // (seed + thread): the trials are independent (an OUT each), and this test is the last
-    // of the binary to finish, so one run at a time left a core idle (50 → ~30 s).
+    // of the binary to finish, so one run at a time left a core idle (50 → 36 s alone).
     eprintln!("random delays from seeds {seed} and {seed} + 1");
     let kills: usize = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..2u64)
