@@ -10,8 +10,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 start=$SECONDS
-# Everything this script prints also goes to target/test-output.log, from which the last line
-# counts the tests of every runner (see summary below).
+# Everything this script prints also goes to target/test-output.log (the whole run's log).
 mkdir -p target
 log=target/test-output.log
 exec > >(tee "$log") 2>&1
@@ -44,20 +43,37 @@ stage() {
 # wait_lanes waits for every lane started so far and fails if any failed. On this machine a
 # Chromium on SwiftShader, or a test binary whose tail is one long test, leaves a core idle, so
 # two lanes finish in about the time of the longer one.
+# A lane's output is also kept unprefixed in target/lanes/NAME.log. When its lanes have ended,
+# wait_lanes prints their runners' closing lines again, unprefixed, as the runners wrote them
+# (cargo's and wasm-bindgen-test-runner's "test result: ok. N passed; ..."; the app's and the
+# page's "N passed, N failed", behind the lane's name), and appends them to
+# target/closing-lines.txt, which the summary at the end adds up: a reader of the log (CI
+# included) finds every runner's closing line where runners print it, at the start of a line.
 lanes=()
+lane_names=()
+closing=target/closing-lines.txt
+mkdir -p target/lanes
+: > "$closing"
 in_lane() {
   local name=$1
   shift
   (
-    "$@" 2>&1 | sed -u "s/^/[$name] /"
+    "$@" 2>&1 | tee "target/lanes/$name.log" | sed -u "s/^/[$name] /"
     exit "${PIPESTATUS[0]}"
   ) &
   lanes+=($!)
+  lane_names+=("$name")
 }
 wait_lanes() {
-  local failed=0 pid
+  local failed=0 pid name
   for pid in "${lanes[@]}"; do wait "$pid" || failed=1; done
+  echo "--- the closing lines of lanes ${lane_names[*]}:"
+  for name in "${lane_names[@]}"; do
+    grep -E '^test result: |^[0-9]+ passed, [0-9]+ failed' "target/lanes/$name.log" |
+      sed -E "s/^([0-9]+ passed, [0-9]+ failed).*/$name: \1/" | tee -a "$closing" || true
+  done
   lanes=()
+  lane_names=()
   [ $failed -eq 0 ] || echo "a lane failed (see its prefixed lines above)" >&2
   return $failed
 }
@@ -114,8 +130,9 @@ stage "2/4 native tests: cargo test (lib, tests/, bin; wgpu on Vulkan), two bina
 # WEBTUNE_NATIVE_LOSSES ("name=value,...").
 export WEBTUNE_NATIVE_LOSSES_OUT="$PWD/target/native-losses.txt"
 rm -f "$WEBTUNE_NATIVE_LOSSES_OUT"
+# No `cargo test --doc`: the crate's doc comments hold no runnable example (every block is
+# ```text), so it would run nothing.
 run_in_two_lanes "" integration
-cargo test -q --doc
 # 7 fixture losses (3 fixtures, 4 of them with q4 weights) and 4 training values (3 steps and an example's token ids).
 native_losses=$(sort -u "$WEBTUNE_NATIVE_LOSSES_OUT")
 if [ "$(echo "$native_losses" | wc -l)" -lt 11 ]; then
@@ -152,25 +169,23 @@ in_lane page bash scripts/test-page.sh
 wait_lanes
 
 # summary: one closing line for the whole run, "tests: N passed, N failed, N skipped", summed
-# over the closing lines of every runner above: cargo's and wasm-bindgen-test-runner's
-# "test result: ok. N passed; N failed; N ignored" (lane-prefixed or not) and the app's and the
-# page's "[app] N passed, N failed" (any lane's). The runners' own closing lines are prefixed by
-# their lane or, like the doc tests' (all ```text or ignored), count nothing: without this line
-# a reader of the log's tail would see no test run.
+# over the closing lines of every runner above (target/closing-lines.txt, see wait_lanes). It
+# fails the run if fewer runs closed than the stages start (6: two lanes in each of three
+# stages).
 summary() {
   node -e '
     let passed = 0, failed = 0, skipped = 0, runs = 0;
     for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n")) {
-      let m = l.match(/^(?:\[[^\]]+\] )?test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored/);
-      if (!m) m = l.match(/^\[[^\]]+\] (\d+) passed, (\d+) failed/);
+      let m = l.match(/^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored/);
+      if (!m) m = l.match(/^\w+: (\d+) passed, (\d+) failed/);
       if (!m) continue;
       runs++;
       passed += +m[1];
       failed += +m[2];
       skipped += +(m[3] || 0);
     }
-    if (runs < 6) { console.error(`only ${runs} test runs found in ${process.argv[1]}`); process.exit(1); }
-    console.log(`tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);' "$log"
+    if (runs < 6) { console.error(`only ${runs} test runs closed in ${process.argv[1]}`); process.exit(1); }
+    console.log(`tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);' "$closing"
 }
 
 stage_end

@@ -100,7 +100,7 @@ pub async fn shared_test_gpu() -> std::rc::Rc<crate::gpu::Gpu> {
 /// device, [`shared_test_gpu`], so a test puts back any kernel choice it makes: the library's
 /// tests went from 221 to 146 s in headless Chromium).
 ///
-/// ```ignore
+/// ```text
 /// gpu_test!(async fn my_test(gpu) { ... });
 /// ```
 #[macro_export]
