@@ -21,17 +21,15 @@ use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::argmax::{argmax_pick, read_pick, PICK_WORDS};
 use crate::kernels::attention::AttnShape;
-use crate::kernels::attention_cached::{attention_cached, HeadShape};
 use crate::kernels::embedding::embedding_forward;
 use crate::kernels::matmul::matmul_nn;
-use crate::kernels::rmsnorm::rmsnorm_forward;
-use crate::kernels::rope::{rope_into_cache, rope_table, RopeTable};
-use crate::kernels::swiglu::swiglu_forward;
-use crate::model::block::{block_forward, gate_up_swiglu_h, lora_h_many, lora_linear_forward_h, BlockCtx};
+use crate::kernels::rope::{rope_table, RopeTable};
+use crate::model::block::{block_forward, BlockCtx};
 use crate::model::lora::{Lora, LoraPair};
-use crate::model::weights::{LayerWeights, Linear};
+use crate::model::weights::Linear;
 use crate::model::Model;
 
+mod layer;
 mod logits;
 mod sample;
 
@@ -358,96 +356,6 @@ impl<'a> Decoder<'a> {
         let logits = ws.out.logits.clone();
         self.ws = Some(ws);
         Ok(logits)
-    }
-
-    /// The merged weight of projection p of layer l, if the adapter was merged.
-    fn merged(&self, l: usize, p: Proj) -> Option<&Linear> {
-        self.merged.as_ref().and_then(|m| m.layers[l][p as usize].as_ref())
-    }
-
-    /// The unmerged LoRA pair of projection p of layer l, if any.
-    fn pair(&self, l: usize, p: Proj) -> Option<&LoraPair> {
-        self.merged(l, p).is_none().then(|| self.lora.and_then(|lo| lo.params.pair(l, p))).flatten()
-    }
-
-    /// LoRA's h = x·Aᵀ for each of `projs` (which all read x) of layer l, computed together.
-    fn lora_h(&self, gpu: &Gpu, l: usize, projs: &[Proj], x: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        lora_h_many(gpu, x, &projs.iter().map(|&p| self.pair(l, p)).collect::<Vec<_>>())
-    }
-
-    /// y = linear p of layer l applied to x: merged, or the frozen weight plus LoRA (its h =
-    /// x·Aᵀ from [`Self::lora_h`]); with `residual`, y += that instead.
-    #[allow(clippy::too_many_arguments)]
-    fn proj(
-        &self,
-        gpu: &Gpu,
-        w: &LayerWeights,
-        l: usize,
-        p: Proj,
-        x: &Tensor,
-        h: Option<&Tensor>,
-        y: &Tensor,
-        residual: bool,
-    ) -> Result<()> {
-        let beta = if residual { 1.0 } else { 0.0 };
-        if let Some(m) = self.merged(l, p) {
-            lora_linear_forward_h(gpu, x, m, None, 0.0, y, beta);
-            return Ok(());
-        }
-        let scale = self.lora.map_or(0.0, |lo| lo.scale());
-        lora_linear_forward_h(gpu, x, w.linear(p), self.pair(l, p).zip(h), scale, y, beta);
-        Ok(())
-    }
-
-    /// m = silu(gate(x)) · up(x) of layer l in one dispatch where the device's kernels take it
-    /// ([`gate_up_swiglu_h`]: one row, unmerged weights); false, having done nothing, otherwise.
-    fn gate_up_swiglu(
-        &self,
-        gpu: &Gpu,
-        w: &LayerWeights,
-        l: usize,
-        x: &Tensor,
-        h: &[Option<Tensor>],
-        m: &Tensor,
-    ) -> bool {
-        if self.merged(l, Proj::Gate).is_some() || self.merged(l, Proj::Up).is_some() {
-            return false;
-        }
-        let scale = self.lora.map_or(0.0, |lo| lo.scale());
-        let gate = (w.linear(Proj::Gate), self.pair(l, Proj::Gate).zip(h[0].as_ref()));
-        let up = (w.linear(Proj::Up), self.pair(l, Proj::Up).zip(h[1].as_ref()));
-        gate_up_swiglu_h(gpu, x, gate, up, scale, m)
-    }
-
-    /// Decoder block l over the residual stream ws.x (n, C) at positions p0.., in place; as
-    /// [`block_forward`] but with the cache, and with each residual add done by the product
-    /// that feeds it (o and down add into x as they store):
-    /// x += down(silu(gate(xn2))·up(xn2)) after x += o(attn(rope(q), cache k, v)).
-    fn block(&mut self, gpu: &Gpu, ws: &Workspace, w: &LayerWeights, l: usize, p0: usize) -> Result<()> {
-        let cfg = &self.model.cfg;
-        let x = &ws.x;
-        let eps = cfg.rms_norm_eps as f32;
-        rmsnorm_forward(gpu, x, &w.input_norm, eps, &ws.xn, &ws.rstd);
-        let h = self.lora_h(gpu, l, &[Proj::Q, Proj::K, Proj::V], &ws.xn)?;
-        self.proj(gpu, w, l, Proj::Q, &ws.xn, h[0].as_ref(), &ws.q, false)?;
-        self.proj(gpu, w, l, Proj::K, &ws.xn, h[1].as_ref(), &ws.k, false)?;
-        self.proj(gpu, w, l, Proj::V, &ws.xn, h[2].as_ref(), &ws.v, false)?;
-        let (ck, cv) = (&self.cache.k[l], &self.cache.v[l]);
-        rope_into_cache(gpu, &ws.q, &ws.k, &ws.v, cfg.heads, cfg.kv_heads, &self.rope, p0, ck, cv);
-        let heads = HeadShape { heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
-        attention_cached(gpu, &heads, &ws.q, &self.cache.k[l], &self.cache.v[l], p0, &ws.o);
-        let h = self.lora_h(gpu, l, &[Proj::O], &ws.o)?;
-        self.proj(gpu, w, l, Proj::O, &ws.o, h[0].as_ref(), x, true)?;
-        rmsnorm_forward(gpu, x, &w.post_norm, eps, &ws.xn, &ws.rstd);
-        let h = self.lora_h(gpu, l, &[Proj::Gate, Proj::Up], &ws.xn)?;
-        if !self.gate_up_swiglu(gpu, w, l, &ws.xn, &h, &ws.m) {
-            self.proj(gpu, w, l, Proj::Gate, &ws.xn, h[0].as_ref(), &ws.g, false)?;
-            self.proj(gpu, w, l, Proj::Up, &ws.xn, h[1].as_ref(), &ws.u, false)?;
-            swiglu_forward(gpu, &ws.g, &ws.u, &ws.m);
-        }
-        let h = self.lora_h(gpu, l, &[Proj::Down], &ws.m)?;
-        self.proj(gpu, w, l, Proj::Down, &ws.m, h[0].as_ref(), x, true)?;
-        Ok(())
     }
 }
 

@@ -9,6 +9,7 @@ use crate::kernels::render;
 
 const FWD: &str = include_str!("rmsnorm_fwd.wgsl");
 const BWD: &str = include_str!("rmsnorm_bwd.wgsl");
+const LORA_H: &str = include_str!("rmsnorm_lora_h.wgsl");
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -18,6 +19,17 @@ struct Params {
     l: u32,
     /// eps (forward) or beta (backward)
     scalar: f32,
+}
+
+/// The Params of rmsnorm_lora_h.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct LoraHParams {
+    c: u32,
+    /// C in elements of the row type (C or C/4)
+    l: u32,
+    r: u32,
+    eps: f32,
 }
 
 /// Element type, its horizontal sum, and the row length in that type.
@@ -56,6 +68,69 @@ pub fn rmsnorm_forward(gpu: &Gpu, x: &Tensor, w: &Tensor, eps: f32, y: &Tensor, 
     let (pipe, l) = pipeline(gpu, "rmsnorm_fwd", FWD, c);
     let p = Params { n: n as u32, c: c as u32, l: l as u32, scalar: eps };
     gpu.dispatch(&pipe, bytemuck::bytes_of(&p), &[x, w, y, rstd], (n as u32, 1, 1));
+}
+
+/// Decoding's norm and the LoRA down-products that read its output, in one dispatch: for one
+/// row x (1, C), y = w · x · rstd exactly as [`rmsnorm_forward`] computes it, and h_j (1, r) =
+/// y · A_jᵀ for each (A_j (r, C), h_j) of `pairs` (one to three, all f32 of one rank), where
+/// decoding would otherwise run the norm and then [`matmul_nt_many`](crate::kernels::matmul::matmul_nt_many):
+/// a dispatch less per use, on devices where each costs tens of microseconds. rstd is not
+/// kept (decoding has no backward). Returns false, having done nothing, where these are not
+/// such inputs or the device has too few storage bindings (3 + 2 per pair).
+pub fn rmsnorm_lora_h_row(
+    gpu: &Gpu,
+    x: &Tensor,
+    w: &Tensor,
+    eps: f32,
+    y: &Tensor,
+    pairs: &[(&Tensor, &Tensor)],
+) -> bool {
+    let c = x.cols();
+    let Some(&(a0, _)) = pairs.first() else { return false };
+    let r = a0.rows();
+    let fits = x.rows() == 1
+        && c > 0
+        && r > 0
+        && pairs.len() <= 3
+        && w.numel() == c
+        && y.shape == x.shape
+        && all_f32(&[x, w, y])
+        && pairs
+            .iter()
+            .all(|(a, h)| a.dtype == DType::F32 && a.shape == [r, c] && h.dtype == DType::F32 && h.numel() == r)
+        && 3 + 2 * pairs.len() <= gpu.info.max_storage_buffers_per_shader_stage as usize;
+    if !fits {
+        return false;
+    }
+    let (ty, hsum, l) = variant(c);
+    let j = pairs.len();
+    let pipe = gpu.pipeline(&format!("rmsnorm_lora_h/{j}/{ty}"), || {
+        let mut bindings = String::new();
+        let mut sums = String::new();
+        for i in 0..j {
+            bindings += &format!(
+                "@group(0) @binding({}) var<storage, read> a{i}: array<{ty}>;        // A_{i}: (r, C)\n",
+                4 + i
+            );
+            bindings += &format!(
+                "@group(0) @binding({}) var<storage, read_write> h{i}: array<f32>;   // h_{i}: (1, r)\n",
+                4 + j + i
+            );
+            sums += &format!(
+                "        if (j == {i}u) {{\n            for (var i = 0u; i < p.l; i++) {{ acc += hsum(y[i] * a{i}[base + i]); }}\n            h{i}[t] = acc;\n        }}\n"
+            );
+        }
+        render(
+            LORA_H,
+            &[("T", ty.into()), ("HSUM", hsum.into()), ("J", j.to_string()), ("BINDINGS", bindings), ("SUMS", sums)],
+        )
+    });
+    let p = LoraHParams { c: c as u32, l: l as u32, r: r as u32, eps };
+    let mut bindings = vec![x, w, y];
+    bindings.extend(pairs.iter().map(|(a, _)| *a));
+    bindings.extend(pairs.iter().map(|(_, h)| *h));
+    gpu.dispatch_flops(&pipe, bytemuck::bytes_of(&p), &bindings, (1, 1, 1), (2 * j * r * c) as u64);
+    true
 }
 
 /// dx (N, C) = β·dx + ∂y/∂x applied to dy (N, C), given x (N, C), w (C) and the forward's rstd (N).
@@ -151,6 +226,43 @@ mod tests {
             assert_close(&format!("rmsnorm y {n}x{c}"), &gpu.read_f32(&ty).await.unwrap(), &want_y, 1e-5, 1e-5);
             assert_close(&format!("rmsnorm rstd {n}x{c}"), &gpu.read_f32(&tr).await.unwrap(), &want_r, 1e-5, 1e-5);
         }
+    });
+
+    // The fused norm + LoRA h kernel: y bit for bit as rmsnorm_forward's, each h_j = y·A_jᵀ
+    // against f64 (from the y it stored), for one to three pairs, vec4 and scalar rows; it
+    // declines more than one row.
+    gpu_test!(async fn rmsnorm_lora_h_row_matches_the_norm_and_products(gpu) {
+        for (c, r, j) in [(52, 8, 3), (53, 5, 2), (200, 1, 1), (3, 16, 3)] {
+            let (x, w, _) = inputs(1, c);
+            let tx = gpu.upload_f32(&x, &[1, c], Category::Activations).unwrap();
+            let tw = gpu.upload_f32(&w, &[c], Category::Weights).unwrap();
+            let mut rng = Rng::new((c * 10 + r) as u64);
+            let a: Vec<Vec<f32>> = (0..j).map(|_| rng.vec(r * c, 1.0)).collect();
+            let ta: Vec<Tensor> =
+                a.iter().map(|a| gpu.upload_f32(a, &[r, c], Category::Weights).unwrap()).collect();
+            let th: Vec<Tensor> = (0..j).map(|_| gpu.zeros(&[1, r], DType::F32, Category::Scratch).unwrap()).collect();
+            let pairs: Vec<(&Tensor, &Tensor)> = ta.iter().zip(&th).collect();
+            let (ty, tr) = (gpu.zeros(&[1, c], DType::F32, Category::Activations).unwrap(), gpu.zeros(&[1], DType::F32, Category::Activations).unwrap());
+            rmsnorm_forward(gpu, &tx, &tw, EPS, &ty, &tr);
+            let want_y = gpu.read_f32(&ty).await.unwrap();
+            let fy = gpu.zeros(&[1, c], DType::F32, Category::Activations).unwrap();
+            assert!(rmsnorm_lora_h_row(gpu, &tx, &tw, EPS, &fy, &pairs), "c {c} r {r} j {j}: declined");
+            let y = gpu.read_f32(&fy).await.unwrap();
+            assert!(y.iter().zip(&want_y).all(|(a, b)| a.to_bits() == b.to_bits()), "c {c}: y differs from rmsnorm_forward's");
+            for (i, h) in th.iter().enumerate() {
+                let want: Vec<f64> = (0..r)
+                    .map(|t| (0..c).map(|k| y[k] as f64 * a[i][t * c + k] as f64).sum())
+                    .collect();
+                assert_close(&format!("h_{i} c {c} r {r}"), &gpu.read_f32(h).await.unwrap(), &want, 1e-5, 1e-5);
+            }
+        }
+        let (x, w, _) = inputs(2, 8);
+        let tx = gpu.upload_f32(&x, &[2, 8], Category::Activations).unwrap();
+        let tw = gpu.upload_f32(&w[..8], &[8], Category::Weights).unwrap();
+        let ta = gpu.zeros(&[4, 8], DType::F32, Category::Weights).unwrap();
+        let th = gpu.zeros(&[2, 4], DType::F32, Category::Scratch).unwrap();
+        let ty = gpu.zeros(&[2, 8], DType::F32, Category::Activations).unwrap();
+        assert!(!rmsnorm_lora_h_row(gpu, &tx, &tw, EPS, &ty, &[(&ta, &th)]), "two rows must be declined");
     });
 
     gpu_test!(async fn rmsnorm_backward_shapes(gpu) {

@@ -99,12 +99,19 @@ pub fn gate_up_swiglu_h(
 /// h = x·Aᵀ (N, r) for each LoRA pair of the projections that read x, in as few dispatches as
 /// the device allows ([`matmul_nt_many`]); None where a projection has none.
 pub fn lora_h_many(gpu: &Gpu, x: &Tensor, pairs: &[Option<&LoraPair>]) -> Result<Vec<Option<Tensor>>> {
-    let hs =
-        pairs.iter().map(|p| p.map(|l| act(gpu, &[x.rows(), l.a.rows()])).transpose()).collect::<Result<Vec<_>>>()?;
-    let jobs: Vec<(&Tensor, &Tensor)> =
-        pairs.iter().zip(&hs).filter_map(|(p, h)| Some((&p.as_ref()?.a, h.as_ref()?))).collect();
-    matmul_nt_many(gpu, x, &jobs);
+    let hs = lora_h_alloc(gpu, x.rows(), pairs)?;
+    matmul_nt_many(gpu, x, &lora_h_jobs(pairs, &hs));
     Ok(hs)
+}
+
+/// The h (n, r) of each LoRA pair of `pairs`, not yet computed; None where a projection has none.
+pub fn lora_h_alloc(gpu: &Gpu, n: usize, pairs: &[Option<&LoraPair>]) -> Result<Vec<Option<Tensor>>> {
+    pairs.iter().map(|p| p.map(|l| act(gpu, &[n, l.a.rows()])).transpose()).collect()
+}
+
+/// The products (A, h) that compute `hs` ([`lora_h_alloc`] of `pairs`).
+pub fn lora_h_jobs<'a>(pairs: &[Option<&'a LoraPair>], hs: &'a [Option<Tensor>]) -> Vec<(&'a Tensor, &'a Tensor)> {
+    pairs.iter().zip(hs).filter_map(|(p, h)| Some((&p.as_ref()?.a, h.as_ref()?))).collect()
 }
 
 /// As [`lora_linear_forward`]; with `keep_h` (MeBP, full) h = x·Aᵀ is returned for the backward.
