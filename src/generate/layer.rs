@@ -8,6 +8,7 @@ use crate::base::error::Result;
 use crate::base::names::Proj;
 use crate::gpu::{Gpu, Tensor};
 use crate::kernels::attention_cached::{attention_cached, HeadShape};
+use crate::kernels::attention_decode::attention_decode;
 use crate::kernels::matmul::matmul_nt_many;
 use crate::kernels::rmsnorm::{rmsnorm_forward, rmsnorm_lora_h_row};
 use crate::kernels::rope::rope_into_cache;
@@ -104,22 +105,39 @@ impl Decoder<'_> {
         gate_up_swiglu_h(gpu, x, gate, up, scale, m)
     }
 
+    /// ws.o = attention of layer l for ws.q, ws.k, ws.v at positions p0.. (RoPE on q and k, k
+    /// and v into the cache), and LoRA's h = o·Aᵀ of the output projection: for one row in one
+    /// dispatch where the device takes it ([`attention_decode`], h folded in where it has the
+    /// bindings), else RoPE into the cache, attention over it and the h product.
+    fn attention(&self, gpu: &Gpu, ws: &Workspace, l: usize, p0: usize) -> Result<Vec<Option<Tensor>>> {
+        let cfg = &self.model.cfg;
+        let heads = HeadShape { heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
+        let (ck, cv) = (&self.cache.k[l], &self.cache.v[l]);
+        let pairs = self.pairs(l, &[Proj::O]);
+        let hs = lora_h_alloc(gpu, ws.o.rows(), &pairs)?;
+        let jobs = lora_h_jobs(&pairs, &hs);
+        let decode = |lora| attention_decode(gpu, &heads, &ws.q, &ws.k, &ws.v, &self.rope, p0, ck, cv, &ws.o, lora);
+        if jobs.is_empty() || !decode(jobs.first().copied()) {
+            if !decode(None) {
+                rope_into_cache(gpu, &ws.q, &ws.k, &ws.v, cfg.heads, cfg.kv_heads, &self.rope, p0, ck, cv);
+                attention_cached(gpu, &heads, &ws.q, ck, cv, p0, &ws.o);
+            }
+            matmul_nt_many(gpu, &ws.o, &jobs);
+        }
+        Ok(hs)
+    }
+
     /// Decoder block l over the residual stream ws.x (n, C) at positions p0.., in place; as
     /// [`block_forward`] but with the cache, and with each residual add done by the product
     /// that feeds it (o and down add into x as they store):
     /// x += down(silu(gate(xn2))·up(xn2)) after x += o(attn(rope(q), cache k, v)).
     pub(super) fn block(&mut self, gpu: &Gpu, ws: &Workspace, w: &LayerWeights, l: usize, p0: usize) -> Result<()> {
-        let cfg = &self.model.cfg;
         let x = &ws.x;
         let h = self.norm_lora_h(gpu, l, &[Proj::Q, Proj::K, Proj::V], x, &w.input_norm, ws)?;
         self.proj(gpu, w, l, Proj::Q, &ws.xn, h[0].as_ref(), &ws.q, false)?;
         self.proj(gpu, w, l, Proj::K, &ws.xn, h[1].as_ref(), &ws.k, false)?;
         self.proj(gpu, w, l, Proj::V, &ws.xn, h[2].as_ref(), &ws.v, false)?;
-        let (ck, cv) = (&self.cache.k[l], &self.cache.v[l]);
-        rope_into_cache(gpu, &ws.q, &ws.k, &ws.v, cfg.heads, cfg.kv_heads, &self.rope, p0, ck, cv);
-        let heads = HeadShape { heads: cfg.heads, kv_heads: cfg.kv_heads, head_dim: cfg.head_dim };
-        attention_cached(gpu, &heads, &ws.q, &self.cache.k[l], &self.cache.v[l], p0, &ws.o);
-        let h = self.lora_h(gpu, l, &[Proj::O], &ws.o)?;
+        let h = self.attention(gpu, ws, l, p0)?;
         self.proj(gpu, w, l, Proj::O, &ws.o, h[0].as_ref(), x, true)?;
         let h = self.norm_lora_h(gpu, l, &[Proj::Gate, Proj::Up], x, &w.post_norm, ws)?;
         if !self.gate_up_swiglu(gpu, w, l, &ws.xn, &h, &ws.m) {

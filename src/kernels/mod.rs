@@ -10,6 +10,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod attention_cached;
+pub mod attention_decode;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
