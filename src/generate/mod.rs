@@ -31,9 +31,11 @@ use crate::model::Model;
 
 mod layer;
 mod logits;
+mod qkv;
 mod sample;
 
 use logits::{overflowed, read_logits, LogitsBufs};
+use qkv::{QkvPack, QKV};
 pub use sample::{argmax, sample, SplitMix64};
 
 /// How to generate. `Default`: greedy, 256 new tokens, seed 0, no EOS ids, LoRA unmerged.
@@ -206,6 +208,7 @@ struct Workspace {
     rstd: Tensor, // (n)
     q: Tensor,    // (n, Hq·D)
     k: Tensor,    // (n, Hkv·D)
+    qkv: Tensor,  // (n, (Hq + 2·Hkv)·D) q, k, v side by side, from a QkvPack
     v: Tensor,    // (n, Hkv·D)
     o: Tensor,    // (n, Hq·D)
     g: Tensor,    // (n, F)
@@ -228,6 +231,7 @@ impl Workspace {
             q: act(gpu, &[n, qd])?,
             k: act(gpu, &[n, kvd])?,
             v: act(gpu, &[n, kvd])?,
+            qkv: act(gpu, &[n, qd + 2 * kvd])?,
             o: act(gpu, &[n, qd])?,
             g: act(gpu, &[n, f])?,
             u: act(gpu, &[n, f])?,
@@ -260,6 +264,8 @@ pub struct Decoder<'a> {
     merged: Option<MergedWeights>,
     /// cos/sin for positions [0, max_seq)
     rope: RopeTable,
+    /// Per layer, q, k and v as one product for decoding (resident models; empty otherwise)
+    qkv: Vec<QkvPack>,
     pub cache: KvCache,
     /// Activations of the last call's n (a decode step's n = 1 stays allocated).
     ws: Option<Workspace>,
@@ -280,7 +286,26 @@ impl<'a> Decoder<'a> {
         };
         let rope = rope_table(gpu, max_seq, cfg.head_dim, cfg.rope_theta)?;
         let cache = KvCache::new(gpu, cfg, max_seq)?;
-        Ok(Decoder { model, lora, merged, rope, cache, ws: None })
+        let mut dec = Decoder { model, lora, merged, rope, qkv: Vec::new(), cache, ws: None };
+        dec.qkv = dec.pack_qkv(gpu)?;
+        Ok(dec)
+    }
+
+    /// Every layer's [`QkvPack`] from the weights decoding uses (merged where merged), or none
+    /// (a streamed model, or a layer that cannot be packed).
+    fn pack_qkv(&self, gpu: &Gpu) -> Result<Vec<QkvPack>> {
+        if self.model.is_streamed() {
+            return Ok(Vec::new());
+        }
+        let mut packs = Vec::with_capacity(self.model.cfg.layers);
+        for (l, w) in self.model.weights.layers.iter().enumerate() {
+            let lin = QKV.map(|p| self.merged(l, p).unwrap_or(w.linear(p)));
+            match QkvPack::build(gpu, lin, QKV.map(|p| self.pair(l, p)))? {
+                Some(pack) => packs.push(pack),
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(packs)
     }
 
     /// Positions already in the cache.

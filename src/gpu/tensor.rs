@@ -146,6 +146,21 @@ impl Gpu {
         self.write_bytes(t, bytemuck::cast_slice(data));
     }
 
+    /// Record a copy of `bytes` bytes of `src` from byte `src_off` into `dst` at byte `dst_off`
+    /// (offsets and length multiples of 4, both ranges inside their buffers).
+    pub fn copy_region(&self, src: &Tensor, src_off: u64, dst: &Tensor, dst_off: u64, bytes: u64) {
+        assert!(
+            (src_off | dst_off | bytes) % 4 == 0 && src_off + bytes <= src.bytes() && dst_off + bytes <= dst.bytes(),
+            "copy_region: {bytes} bytes from {src_off} of {src:?} ({} bytes) to {dst_off} of {dst:?} ({} bytes)",
+            src.bytes(),
+            dst.bytes()
+        );
+        let mut guard = self.encoder();
+        if let Some(enc) = guard.as_mut() {
+            enc.copy_buffer_to_buffer(&src.buf, src_off, &dst.buf, dst_off, bytes);
+        }
+    }
+
     /// Record a copy of `src` into `dst` (whole buffer).
     pub fn copy(&self, src: &Tensor, dst: &Tensor) {
         let n = src.bytes().min(dst.bytes());

@@ -5,7 +5,8 @@
 // - causal GQA attention as attention_cached.wgsl computes it: keys 0..p0 from the caches, key
 //   p0 from registers (the values just written there), the same online softmax in the same order;
 // - with LoRA on the output projection, h (1, r) = o · Aᵀ once every head has stored its o.
-// Head rows are vec4s (D % 8 == 0, so each half row is whole vec4s).
+// Head rows are vec4s (D % 8 == 0, so each half row is whole vec4s). q, k and v are either
+// three bindings or one (packed side by side, the three projections' one product).
 const N: u32 = {{N}}u;        // vec4s per head row (D / 4)
 const HALF: u32 = {{HALF}}u;  // vec4s per half row (D / 8)
 
@@ -16,17 +17,16 @@ struct Params {
     G: u32,        // H / HKV
     scale: f32,    // 1 / sqrt(D)
     rank: u32,     // rows of A (LoRA on o), 0 without
-    _p0: u32, _p1: u32,
+    koff: u32,     // packed q, k, v: the new key's first vec4
+    voff: u32,     // ... and the new value's
 }
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;         // q: (1, H·D), not rotated
-@group(0) @binding(2) var<storage, read> kn: array<vec4<f32>>;        // k: (1, HKV·D), not rotated
-@group(0) @binding(3) var<storage, read> vn: array<vec4<f32>>;        // v: (1, HKV·D)
-@group(0) @binding(4) var<storage, read_write> k: array<vec4<f32>>;   // key cache: (max_seq, HKV·D)
-@group(0) @binding(5) var<storage, read_write> v: array<vec4<f32>>;   // value cache: (max_seq, HKV·D)
-@group(0) @binding(6) var<storage, read> cs: array<vec4<f32>>;        // cos: (seq, D/2)
-@group(0) @binding(7) var<storage, read> sn: array<vec4<f32>>;        // sin: (seq, D/2)
-@group(0) @binding(8) var<storage, read_write> o: array<vec4<f32>>;   // o: (1, H·D)
+{{QKV_BINDINGS}}
+@group(0) @binding({{B}}) var<storage, read_write> k: array<vec4<f32>>;   // key cache: (max_seq, HKV·D)
+@group(0) @binding({{B1}}) var<storage, read_write> v: array<vec4<f32>>;   // value cache: (max_seq, HKV·D)
+@group(0) @binding({{B2}}) var<storage, read> cs: array<vec4<f32>>;        // cos: (seq, D/2)
+@group(0) @binding({{B3}}) var<storage, read> sn: array<vec4<f32>>;        // sin: (seq, D/2)
+@group(0) @binding({{B4}}) var<storage, read_write> o: array<vec4<f32>>;   // o: (1, H·D)
 {{LORA_BINDINGS}}
 fn dotv(a: vec4<f32>, b: vec4<f32>) -> f32 { return dot(a, b); }
 

@@ -9,6 +9,7 @@ use crate::kernels::render;
 const EW: &str = include_str!("elementwise.wgsl");
 const SUMSQ: &str = include_str!("elementwise_sumsq.wgsl");
 const COPY_ROWS: &str = include_str!("elementwise_copy_rows.wgsl");
+const COPY_BLOCK: &str = include_str!("elementwise_copy_block.wgsl");
 
 /// Elements (of T) one workgroup of `elementwise.wgsl` covers: 64 invocations × 4.
 const EW_PER_GROUP: usize = 256;
@@ -167,6 +168,25 @@ pub fn copy_rows(gpu: &Gpu, src: &Tensor, src_row0: usize, dst: &Tensor, dst_row
     let n = rows * c / w;
     let p = [n as u32, (src_row0 * c / w) as u32, (dst_row0 * c / w) as u32, 0];
     gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[src, dst], (n.div_ceil(EW_PER_GROUP) as u32, 1, 1));
+}
+
+/// dst[row0.., col0..] = src: src (rows, W) f32 placed as a block of dst (·, LD) f32 (the rest of
+/// dst is left alone).
+pub fn copy_block(gpu: &Gpu, src: &Tensor, dst: &Tensor, row0: usize, col0: usize) {
+    let (rows, w, ld) = (src.rows(), src.cols(), dst.cols());
+    assert!(
+        src.dtype == DType::F32 && dst.dtype == DType::F32 && row0 + rows <= dst.rows() && col0 + w <= ld,
+        "copy_block: src {:?} at ({row0}, {col0}) of dst {:?} (want f32, the block inside dst)",
+        src.shape,
+        dst.shape
+    );
+    let n = rows * w;
+    if n == 0 {
+        return;
+    }
+    let pipeline = gpu.pipeline("elementwise/copy_block", || COPY_BLOCK.to_string());
+    let p = [n as u32, w as u32, ld as u32, (row0 * ld + col0) as u32];
+    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[src, dst], crate::gpu::groups(n.div_ceil(64) as u32));
 }
 
 /// f64 references.
