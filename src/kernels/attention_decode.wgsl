@@ -30,6 +30,17 @@ struct Params {
 {{LORA_BINDINGS}}
 fn dotv(a: vec4<f32>, b: vec4<f32>) -> f32 { return dot(a, b); }
 
+// One step of attention_cached's online softmax for score s: m (the running max) and l (the
+// running sum) updated; returns (c, e), the old accumulator's rescale and the new value's weight.
+fn online(m: ptr<function, f32>, l: ptr<function, f32>, s: f32) -> vec2<f32> {
+    let mn = max(*m, s);
+    let c = exp(*m - mn);
+    let e = exp(s - mn);
+    *l = *l * c + e;
+    *m = mn;
+    return vec2<f32>(c, e);
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) li: u32) {
     if (li < p.H) {
@@ -50,21 +61,17 @@ fn main(@builtin(local_invocation_index) li: u32) {
             let kb = (j * p.HKV + kvh) * N;
             var s = 0.0;
 {{SCORE}}
-            let mn = max(m, s);
-            let c = exp(m - mn);
-            let e = exp(s - mn);
-            l = l * c + e;
-            m = mn;
+            let ce = online(&m, &l, s);
+            let c = ce.x;
+            let e = ce.y;
 {{ACC_UPDATE}}
         }
         {
             var s = 0.0;
 {{SCORE_NEW}}
-            let mn = max(m, s);
-            let c = exp(m - mn);
-            let e = exp(s - mn);
-            l = l * c + e;
-            m = mn;
+            let ce = online(&m, &l, s);
+            let c = ce.x;
+            let e = ce.y;
 {{ACC_UPDATE_NEW}}
         }
         let inv = 1.0 / l;

@@ -10,6 +10,8 @@ use crate::kernels::render;
 const FWD: &str = include_str!("rmsnorm_fwd.wgsl");
 const BWD: &str = include_str!("rmsnorm_bwd.wgsl");
 const LORA_H: &str = include_str!("rmsnorm_lora_h.wgsl");
+/// The norm of one row, shared by FWD and LORA_H (the `{{NORM_ROW}}` in each).
+const NORM_ROW: &str = include_str!("rmsnorm_row.wgsl");
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -43,7 +45,9 @@ fn variant(c: usize) -> (&'static str, &'static str, usize) {
 
 fn pipeline(gpu: &Gpu, name: &str, src: &str, c: usize) -> (std::sync::Arc<crate::gpu::Kernel>, usize) {
     let (ty, hsum, l) = variant(c);
-    let p = gpu.pipeline(&format!("{name}/{ty}"), || render(src, &[("T", ty.into()), ("HSUM", hsum.into())]));
+    let p = gpu.pipeline(&format!("{name}/{ty}"), || {
+        render(src, &[("NORM_ROW", NORM_ROW.into()), ("T", ty.into()), ("HSUM", hsum.into())])
+    });
     (p, l)
 }
 
@@ -122,7 +126,14 @@ pub fn rmsnorm_lora_h_row(
         }
         render(
             LORA_H,
-            &[("T", ty.into()), ("HSUM", hsum.into()), ("J", j.to_string()), ("BINDINGS", bindings), ("SUMS", sums)],
+            &[
+                ("NORM_ROW", NORM_ROW.into()),
+                ("T", ty.into()),
+                ("HSUM", hsum.into()),
+                ("J", j.to_string()),
+                ("BINDINGS", bindings),
+                ("SUMS", sums),
+            ],
         )
     });
     let p = LoraHParams { c: c as u32, l: l as u32, r: r as u32, eps };

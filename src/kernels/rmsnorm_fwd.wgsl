@@ -25,20 +25,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let row = wid.x + wid.y * nwg.x;
     if (row >= p.n) { return; }
     let base = row * p.l;
-    var s = 0.0;
-    for (var i = lid.x; i < p.l; i += WG) {
-        let v = x[base + i];
-        s += hsum(v * v);
-    }
-    sh[lid.x] = s;
-    workgroupBarrier();
-    for (var k = WG / 2u; k > 0u; k >>= 1u) {
-        if (lid.x < k) { sh[lid.x] += sh[lid.x + k]; }
-        workgroupBarrier();
-    }
-    let r = 1.0 / sqrt(sh[0] / f32(p.c) + p.eps);
-    for (var i = lid.x; i < p.l; i += WG) {
-        y[base + i] = w[i] * (x[base + i] * r);
-    }
+{{NORM_ROW}}
     if (lid.x == 0u) { rstd[row] = r; }
 }

@@ -21,21 +21,8 @@ fn hsum(v: {{T}}) -> f32 { return {{HSUM}}; }
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
-    var s = 0.0;
-    for (var i = lid.x; i < p.l; i += WG) {
-        let v = x[i];
-        s += hsum(v * v);
-    }
-    sh[lid.x] = s;
-    workgroupBarrier();
-    for (var k = WG / 2u; k > 0u; k >>= 1u) {
-        if (lid.x < k) { sh[lid.x] += sh[lid.x + k]; }
-        workgroupBarrier();
-    }
-    let r = 1.0 / sqrt(sh[0] / f32(p.c) + p.eps);
-    for (var i = lid.x; i < p.l; i += WG) {
-        y[i] = w[i] * (x[i] * r);
-    }
+    let base = 0u;
+{{NORM_ROW}}
     // y as stored is what the products read: make every invocation's stores visible.
     storageBarrier();
     for (var jt = lid.x; jt < {{J}}u * p.r; jt += WG) {
