@@ -142,6 +142,15 @@ mod tests {
             }
             let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{dtype:?}: packed {got:?}\n three {want:?}");
+            // Without room in the memory budget there is no pack (decoding runs the three
+            // products), no error, and nothing of a partial pack stays allocated.
+            drop(pack);
+            let live = gpu.alloc.stats().live_total;
+            gpu.alloc.set_budget(Some(live + 64));
+            let none = QkvPack::build(gpu, lin3, pairs3).expect("no error");
+            gpu.alloc.set_budget(None);
+            assert!(none.is_none(), "{dtype:?}: a pack past the budget");
+            assert_eq!(gpu.alloc.stats().live_total, live, "{dtype:?}: a partial pack left allocated");
         }
     });
 }
