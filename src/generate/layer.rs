@@ -159,7 +159,7 @@ impl Decoder<'_> {
     }
 
     /// Decoder block l over the residual stream ws.x (n, C) at positions p0.., in place; as
-    /// [`block_forward`] but with the cache, and with each residual add done by the product
+    /// [`block_forward`](crate::model::block::block_forward) but with the cache, and with each residual add done by the product
     /// that feeds it (o and down add into x as they store):
     /// x += down(silu(gate(xn2))·up(xn2)) after x += o(attn(rope(q), cache k, v)).
     pub(super) fn block(&mut self, gpu: &Gpu, ws: &Workspace, w: &LayerWeights, l: usize, p0: usize) -> Result<()> {
