@@ -10,21 +10,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 start=$SECONDS
-# Everything this script prints also goes to target/test-output.log (the whole run's log).
-mkdir -p target
-log=target/test-output.log
-exec > >(tee "$log") 2>&1
-tee_pid=$!
-# At exit, close the pipe and give tee time to write the last lines (the closing line below is
-# the one CI reads) before the script ends: up to 5 s, in case a stray child still holds it.
-finish_log() {
-  exec >&- 2>&-
-  for _ in $(seq 50); do
-    kill -0 "$tee_pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-}
-trap finish_log EXIT
 stage_name=""
 stage_start=$SECONDS
 stage_end() {
