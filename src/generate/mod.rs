@@ -208,7 +208,7 @@ struct Workspace {
     rstd: Tensor, // (n)
     q: Tensor,    // (n, Hq·D)
     k: Tensor,    // (n, Hkv·D)
-    qkv: Tensor,  // (n, (Hq + 2·Hkv)·D) q, k, v side by side, from a QkvPack
+    qkv: Tensor,  // (1, (Hq + 2·Hkv)·D) a decoded row's q, k, v side by side, from a QkvPack
     v: Tensor,    // (n, Hkv·D)
     o: Tensor,    // (n, Hq·D)
     g: Tensor,    // (n, F)
@@ -231,7 +231,7 @@ impl Workspace {
             q: act(gpu, &[n, qd])?,
             k: act(gpu, &[n, kvd])?,
             v: act(gpu, &[n, kvd])?,
-            qkv: act(gpu, &[n, qd + 2 * kvd])?,
+            qkv: act(gpu, &[1, qd + 2 * kvd])?,
             o: act(gpu, &[n, qd])?,
             g: act(gpu, &[n, f])?,
             u: act(gpu, &[n, f])?,
