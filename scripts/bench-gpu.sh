@@ -59,11 +59,14 @@ run() {
 }
 
 # --- webtune (wgpu on the GPU's Vulkan driver) -------------------------------------------
-run kernels "$w" bench kernels --json "$out/kernels.json" --reps 10
+# --f16-products: the variants that multiply in f16 are timed too (where the adapter has shader-f16).
+run kernels "$w" --f16-products bench kernels --json "$out/kernels.json" --reps 10
 run train-smollm2 "$w" bench --shape smollm2-135m --seq 256 --rank 8 --modes mesp --optimizer adamw \
   --weights bf16 --resident --steps "$steps" --json "$out/train-smollm2.json"
 run train-qwen05 "$w" bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp --optimizer adamw \
   --weights bf16 --resident --steps "$steps" --json "$out/train-qwen05.json"
+run train-qwen05-f16 "$w" --f16-products bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp \
+  --optimizer adamw --weights bf16 --resident --steps "$steps" --json "$out/train-qwen05-f16.json"
 run paper-qwen05 "$w" bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp,mebp --optimizer sgd \
   --weights q4 --steps 3 --json "$out/paper-qwen05.json"
 run profile-qwen05 "$w" bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp --optimizer adamw \

@@ -208,6 +208,16 @@ impl Engine {
         Ok(())
     }
 
+    /// For models loaded from now on, let the kernel choice take matrix products that multiply
+    /// in f16 and accumulate in f32 (`true`; faster on many GPUs, gradients then within ~1e-2 of
+    /// exact instead of float rounding) or not (`false`, the default). Returns whether they are
+    /// allowed now: false where the adapter has no shader-f16.
+    #[wasm_bindgen(js_name = useF16Products)]
+    pub fn use_f16_products(&self, on: bool) -> Result<bool, JsValue> {
+        let rt = self.rt.try_borrow().map_err(|_| busy())?;
+        Ok(rt.gpu.set_f16_products(on))
+    }
+
     /// The adapter, its backend, the granted limits and the optional features.
     #[wasm_bindgen(js_name = deviceInfo)]
     pub fn device_info(&self) -> Result<JsValue, JsValue> {

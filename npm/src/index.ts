@@ -250,7 +250,13 @@ export class Webtune {
   /** Load a stored model onto the GPU (one at a time; this closes any run in memory);
    *  `{ stream: true }` keeps only the block being computed there (see {@link LoadOptions}). */
   loadModel(name: string, weights: WeightFormat = 'stored', options: LoadOptions = {}): Promise<ModelInfo> {
-    return this.call('loadModel', [name, weights, options.stream ?? false, options.referenceKernels ?? false]);
+    return this.call('loadModel', [
+      name,
+      weights,
+      options.stream ?? false,
+      options.referenceKernels ?? false,
+      options.f16Products ?? false,
+    ]);
   }
 
   /** Tokens of one prompt → response chat example, as the trainer renders it. */

@@ -53,7 +53,10 @@ export interface Methods {
   storage: { args: []; result: StorageInfo };
   importHub: { args: [name: string, base: string, repo: string, revision: string]; result: StoredModel };
   importFiles: { args: [name: string, files: File[]]; result: StoredModel };
-  loadModel: { args: [name: string, weights: WeightFormat, stream: boolean, referenceKernels: boolean]; result: ModelInfo };
+  loadModel: {
+    args: [name: string, weights: WeightFormat, stream: boolean, referenceKernels: boolean, f16Products: boolean];
+    result: ModelInfo;
+  };
   exampleTokens: { args: [prompt: string, response: string]; result: number };
   /** Start a run and step it until done, paused or stopped. */
   train: { args: [request: TrainRequest]; result: TrainResult };

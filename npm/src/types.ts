@@ -62,6 +62,10 @@ export interface LoadOptions {
    *  variant is checked against the reference before use; this rules them out, to compare).
    *  `ModelInfo.kernels` says which run. Default false. */
   referenceKernels?: boolean;
+  /** Let the kernel choice take matrix products that multiply in f16 and accumulate in f32,
+   *  where the GPU has shader-f16: faster on many GPUs, but gradients then lie within ~1e-2 of
+   *  the exact ones instead of float rounding. Default false (every product in f32). */
+  f16Products?: boolean;
 }
 
 /** LoRA target projections (short names). */

@@ -37,6 +37,7 @@ interface EngineApi {
   setMemoryBudget(bytes: number | null): void;
   setProfile(on: boolean): void;
   useReferenceKernels(on: boolean): void;
+  useF16Products(on: boolean): boolean;
   trainStep(): Promise<StepReport>;
   trainingDone(): boolean;
   saveSession(): Promise<void>;
@@ -204,10 +205,11 @@ const handlers: Handlers = {
   importHub: (id, name, base, repo, revision) =>
     gpu((e) => e.importHub(name, base, repo, revision, (data) => post({ event: 'progress', id, data }))),
   importFiles: (id, name, files) => gpu((e) => e.importFiles(name, files, (data) => post({ event: 'progress', id, data }))),
-  async loadModel(_id, name, weights, stream, referenceKernels) {
+  async loadModel(_id, name, weights, stream, referenceKernels, f16Products) {
     if (run?.loop) throw busyTraining();
     const info = await gpu((e) => {
       e.useReferenceKernels(referenceKernels);
+      e.useF16Products(f16Products);
       return e.loadModel(name, weights, stream);
     });
     run = null; // loading a model closes the engine's run

@@ -6,8 +6,8 @@ use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::matmul::{
-    gemv_variants, matmul_nn_with, matmul_nt, matmul_nt_with, matmul_tn, runnable, Variant, BLOCKED, GEMV_CHOICE,
-    SPLIT_K, THIN_CHOICE,
+    gemv_variants, matmul_nn_with, matmul_nt, matmul_nt_with, matmul_tn, runnable, runnable_f16, Variant, BLOCKED,
+    GEMV_CHOICE, SPLIT_K, THIN_CHOICE,
 };
 use crate::platform::now_ms;
 
@@ -39,8 +39,18 @@ fn rand(gpu: &Gpu, rng: &mut Rng, shape: &[usize], dtype: DType, cat: Category) 
     Ok(gpu.upload_f32_as(&rng.vec(n, 0.5), shape, dtype, cat)?)
 }
 
+/// Every variant this device can run ([`runnable`]), and those that multiply in f16 where the
+/// run allowed them ([`Gpu::set_f16_products`]).
+fn offered(gpu: &Gpu) -> Vec<Variant> {
+    let mut out = runnable(gpu);
+    if gpu.f16_products() {
+        out.extend(runnable_f16(gpu));
+    }
+    out
+}
+
 /// The matmul products of one block at `tokens` tokens, forward and backward: the frozen
-/// products x·Wᵀ and dy·W with every variant this device can run ([`runnable`]; `chosen`
+/// products x·Wᵀ and dy·W with every variant this device can run ([`offered`]; `chosen`
 /// marks the one [`crate::kernels::tune`] picked), LoRA's thin products and one token's x·Wᵀ
 /// with each kernel of theirs.
 pub async fn bench_matmuls(
@@ -69,7 +79,7 @@ pub async fn bench_matmuls(
         let dy = rand(gpu, &mut rng, &[tokens, dout], DType::F32, Category::Activations)?;
         let dx = gpu.zeros(&[tokens, din], DType::F32, Category::Activations)?;
         let flops = 2.0 * (tokens * din * dout) as f64;
-        for v in runnable(gpu) {
+        for v in offered(gpu) {
             let mark = if v == chosen { " *" } else { "" };
             let ms = time_it(gpu, reps, || matmul_nt_with(gpu, v, &x, &w, None, &y, 1.0, 0.0, None)).await?;
             out.push(KernelTiming {

@@ -89,6 +89,7 @@ impl Gpu {
             profiler: Mutex::new(None),
             choices: Mutex::new(HashMap::new()),
             uniforms: Mutex::new(Default::default()),
+            f16_products: Default::default(),
         };
         gpu.dummy(); // made now, so no step's accounting sees it appear
         gpu.make_uniforms(); // the same

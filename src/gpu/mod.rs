@@ -79,6 +79,8 @@ pub struct Gpu {
     /// The kernel parameters of the dispatches not yet submitted ([`dispatch::Uniforms`]).
     /// Lock order: after `pending`.
     uniforms: Mutex<dispatch::Uniforms>,
+    /// Whether the autotune may choose products in f16 ([`Gpu::set_f16_products`]).
+    f16_products: std::sync::atomic::AtomicBool,
 }
 
 impl Gpu {
@@ -100,6 +102,21 @@ impl Gpu {
                 None => c.remove(family),
             };
         }
+    }
+
+    /// Let the autotune choose matrix products that multiply in f16 (accumulating in f32),
+    /// where the device has shader-f16: faster on many GPUs, but their results agree with the
+    /// f32 kernels to f16 rounding (~1e-3), not f32's, so gradients are no longer exact to float
+    /// rounding. Off by default. Returns whether it is now on (false without shader-f16).
+    pub fn set_f16_products(&self, on: bool) -> bool {
+        let on = on && self.info.shader_f16;
+        self.f16_products.store(on, std::sync::atomic::Ordering::Relaxed);
+        on
+    }
+
+    /// Whether [`Gpu::set_f16_products`] turned f16 products on.
+    pub fn f16_products(&self) -> bool {
+        self.f16_products.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

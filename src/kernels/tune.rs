@@ -41,7 +41,12 @@ pub async fn gpu_time(gpu: &Gpu, reps: usize, mut f: impl FnMut()) -> Result<f64
 
 /// Whether two kernels' outputs agree to f32 rounding: |x − y| ≤ 1e-5 · (1 + |y|) everywhere.
 pub fn agree(x: &[f32], y: &[f32]) -> bool {
-    x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
+    agree_within(x, y, 1e-5)
+}
+
+/// Whether `x` agrees with `y` within `tol` relative (of 1 + |y|) everywhere.
+pub fn agree_within(x: &[f32], y: &[f32], tol: f32) -> bool {
+    x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= tol * (1.0 + q.abs()))
 }
 
 /// Mark the fastest candidate that agrees as chosen (the first of equals: the reference, which
@@ -130,11 +135,12 @@ impl Tuned {
 const TUNE_VERSION: u32 = 4;
 
 /// The autotune's version, the adapter (name, backend, vendor and device ids, driver, subgroup
-/// sizes, limits) and the model shape a choice was made for.
+/// sizes, limits), the weight dtype, whether f16 products were allowed, and the model shape a
+/// choice was made for.
 pub fn tune_key(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType) -> String {
     let i = &gpu.info;
     format!(
-        "t{}|{}|{}|{:04x}:{:04x}|{}|sg{}-{}|wg{}x{}|{}|m{}|c{}f{}q{}h{}.{}.{}",
+        "t{}|{}|{}|{:04x}:{:04x}|{}|sg{}-{}|wg{}x{}|{}{}|m{}|c{}f{}q{}h{}.{}.{}",
         TUNE_VERSION,
         i.adapter,
         i.backend,
@@ -146,6 +152,7 @@ pub fn tune_key(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType) -> St
         i.max_compute_invocations_per_workgroup,
         i.max_compute_workgroup_storage_size,
         dtype.name(),
+        if gpu.f16_products() { "|f16" } else { "" },
         tokens.clamp(1, 512),
         cfg.hidden,
         cfg.intermediate,
@@ -198,4 +205,41 @@ pub async fn tune(gpu: &Gpu, cfg: &ModelConfig, tokens: usize, dtype: DType, cac
     .into();
     cache.choices.insert(key.clone(), chosen.clone());
     Ok(Tuned { key, chosen, cached: false, measured })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu_test;
+
+    // Allowed f16 products (where the adapter has shader-f16) are timed beside the f32
+    // variants, under a cache key of their own, each checked at f16's precision; the fastest
+    // that agrees is chosen as always. Without the permission none is timed.
+    gpu_test!(async fn f16_products_are_candidates_only_when_allowed(gpu) {
+        let cfg = crate::formats::testdata::tiny_config(false);
+        let is_f16 = |m: &Measured| m.family == matmul::CHOICE && m.variant.ends_with("/f16");
+        let mut cache = TuneCache::default();
+        assert!(!gpu.f16_products());
+        let plain = tune(gpu, &cfg, 16, DType::BF16, &mut cache).await.expect("tune");
+        assert!(!plain.key.contains("|f16") && !plain.measured.iter().any(is_f16), "{plain:?}");
+        if !gpu.set_f16_products(true) {
+            assert!(!gpu.info.shader_f16);
+            println!("no shader-f16 on this adapter: f16 products cannot be allowed");
+            return;
+        }
+        let half = tune(gpu, &cfg, 16, DType::BF16, &mut cache).await.expect("tune");
+        assert!(!half.cached && half.key != plain.key && half.key.contains("|f16"));
+        let timed: Vec<&Measured> = half.measured.iter().filter(|m| is_f16(m)).collect();
+        assert_eq!(timed.len(), matmul::runnable_f16(gpu).len());
+        assert!(timed.iter().all(|m| m.agrees && m.ms > 0.0), "{timed:?}");
+        let products: Vec<&Measured> = half.measured.iter().filter(|m| m.family == matmul::CHOICE).collect();
+        let fastest = products.iter().filter(|m| m.agrees).min_by(|a, b| a.ms.total_cmp(&b.ms)).unwrap();
+        assert!(fastest.chosen, "{products:?}");
+        assert_eq!(matmul::Variant::of(gpu).name(), half.chosen[matmul::CHOICE]);
+        println!("{}", half.summary());
+        // The second load with the same permission takes the cached choice.
+        assert!(tune(gpu, &cfg, 16, DType::BF16, &mut cache).await.expect("tune").cached);
+        gpu.set_f16_products(false);
+        use_reference(gpu);
+    });
 }

@@ -94,6 +94,7 @@ impl<S: AsyncChunkStore + wgpu::WasmNotSendSync + 'static> Runtime<S> {
     pub fn replace_gpu(&mut self, gpu: Gpu) {
         (self.loaded, self.run, self.adapter) = (None, None, None);
         gpu.alloc.set_budget(self.gpu.alloc.budget());
+        gpu.set_f16_products(self.gpu.f16_products());
         self.gpu = gpu;
     }
 

@@ -133,7 +133,8 @@ export async function load(name: string, weights?: WeightFormat, streamed?: bool
   showAlert(err(), null);
   $('model-status').textContent = `Loading ${name} onto the GPU…`;
   try {
-    const info = await task('load', () => serial((e) => e.loadModel(name, w, { stream })));
+    const f16Products = $<HTMLInputElement>('f16-check').checked;
+    const info = await task('load', () => serial((e) => e.loadModel(name, w, { stream, f16Products })));
     update({ model: info, runActive: false, stepping: false, hasAdapter: false, adapterFrom: null });
     void saveSettings({ lastModel: { name, weights: w, stream } });
     return true;

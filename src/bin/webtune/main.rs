@@ -23,9 +23,17 @@ use webtune::platform::block_on;
 #[derive(Parser)]
 #[command(name = "webtune", version, about = "LoRA fine-tuning with exact MeSP gradients on WebGPU/Vulkan")]
 struct Cli {
+    /// Let the kernel choice take matrix products that multiply in f16 and accumulate in f32,
+    /// where the adapter has shader-f16: faster on many GPUs, but gradients then lie within
+    /// ~1e-2 of the exact ones instead of float rounding. Off by default.
+    #[arg(long, global = true)]
+    f16_products: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
+
+/// `--f16-products`, for every device [`gpu`] opens.
+static F16_PRODUCTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[derive(Subcommand)]
 enum Cmd {
@@ -79,7 +87,11 @@ fn lib_err(e: webtune::base::error::Error) -> Fail {
 }
 
 async fn gpu() -> Result<Gpu, Fail> {
-    Gpu::new().await.map_err(|e| Fail(1, e.to_string()))
+    let gpu = Gpu::new().await.map_err(|e| Fail(1, e.to_string()))?;
+    if F16_PRODUCTS.load(std::sync::atomic::Ordering::Relaxed) && !gpu.set_f16_products(true) {
+        eprintln!("--f16-products: {} has no shader-f16; the products stay f32", gpu.info.adapter);
+    }
+    Ok(gpu)
 }
 
 /// Choose the kernel variants for a model of shape `cfg` on this device (kernels::tune), with
@@ -135,6 +147,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Fail> {
+    F16_PRODUCTS.store(cli.f16_products, std::sync::atomic::Ordering::Relaxed);
     match cli.cmd {
         Cmd::Grad(a) => grad::grad(a).await,
         Cmd::MezoCosine(a) => grad::mezo_cosine(a).await,

@@ -9,7 +9,7 @@ use super::{blocked, matmul_nn_with, matmul_nt_with, shared, thin, tiled, Fused,
 use crate::base::error::Result;
 use crate::base::rng::Rng;
 use crate::gpu::{Category, DType, Gpu};
-use crate::kernels::tune::{agree, gpu_time, mark_fastest, Measured};
+use crate::kernels::tune::{agree, agree_within, gpu_time, mark_fastest, Measured};
 
 /// The key of the products' variant in the device's kernel choices.
 pub const CHOICE: &str = "matmul";
@@ -78,7 +78,21 @@ pub fn candidates(gpu: &Gpu) -> Vec<Variant> {
     if gpu.info.cpu {
         out.retain(|v| !matches!(v, Variant::Tiled(_)));
     }
+    // Asked for, f16 products are timed on every adapter (on a CPU one they lose).
+    if gpu.f16_products() {
+        out.extend(runnable_f16(gpu));
+    }
     out
+}
+
+/// The variants that multiply in f16 this device can run ([`tiled::Tile::all_half`]; none
+/// without shader-f16): the autotune's candidates only where the run asked for f16 products
+/// ([`Gpu::set_f16_products`]); tests check them against the references at f16's precision.
+pub fn runnable_f16(gpu: &Gpu) -> Vec<Variant> {
+    if !gpu.info.shader_f16 {
+        return Vec::new();
+    }
+    tiled::Tile::all_half().into_iter().filter(|&t| tiled::fits(gpu, t)).map(Variant::Tiled).collect()
 }
 
 /// Every variant this device can run for `nt` and `nn`, the register-blocked first, then its
@@ -96,7 +110,9 @@ pub fn runnable(gpu: &Gpu) -> Vec<Variant> {
 
 /// Whether `v` computes what the register-blocked kernels compute on this device, on small
 /// random products of awkward shapes with B of `dtype`: `nt` (with bias, α and β) and `nn`,
-/// K aligned and not. Results must agree to f32 rounding (1e-5 relative).
+/// K aligned and not. Results must agree to f32 rounding (1e-5 relative), or f16's for
+/// a variant that multiplies in f16 ([`Variant::half`]): 1e-2, its partial sums of 16 products
+/// being f16.
 pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
     let mut rng = Rng::new(0x6d6d);
     for (m, k, n) in [(37, 72, 29), (19, 100, 44), (21, 50, 30)] {
@@ -115,7 +131,8 @@ pub async fn agrees(gpu: &Gpu, v: Variant, dtype: DType) -> Result<bool> {
             matmul_nn_with(gpu, variant, &an, &bn, &cn, 1.5, 1.0, None);
             outs.push((gpu.read_f32(&ct).await?, gpu.read_f32(&cn).await?));
         }
-        if !agree(&outs[0].0, &outs[1].0) || !agree(&outs[0].1, &outs[1].1) {
+        let tol = if v.half() { 1e-2 } else { 1e-5 };
+        if !agree_within(&outs[0].0, &outs[1].0, tol) || !agree_within(&outs[0].1, &outs[1].1, tol) {
             return Ok(false);
         }
     }

@@ -37,7 +37,9 @@ pub mod shared;
 mod thin;
 pub mod tiled;
 
-pub use choose::{agrees, candidates, choose, choose_gemv, choose_thin, gemv_runnable, gemv_variants, runnable};
+pub use choose::{
+    agrees, candidates, choose, choose_gemv, choose_thin, gemv_runnable, gemv_variants, runnable, runnable_f16,
+};
 pub use choose::{BLOCKED, CHOICE, GEMV_CHOICE, SPLIT_K, THIN_CHOICE};
 pub use lora::Fused;
 
@@ -101,6 +103,12 @@ impl Variant {
             Variant::Shared { sg, shape } => format!("{}/sg{sg}", shape.name()),
             Variant::Tiled(t) => t.name(),
         }
+    }
+
+    /// Whether it multiplies in f16 ([`tiled::Tile::half`]): its results agree with the others
+    /// to f16 rounding, not f32's.
+    pub fn half(self) -> bool {
+        matches!(self, Variant::Tiled(t) if t.half)
     }
 
     /// The variant a name stands for ([`Variant::name`]).

@@ -95,7 +95,28 @@ async fn check_nt_with(
             *w = alpha as f64 * *w + beta as f64 * c0[i * n + j] as f64 + if bias { bi[j] as f64 } else { 0.0 };
         }
     }
-    assert_close(&format!("nt {} {m}x{k}x{n} {dtype:?} rank {rank}", v.name()), &got, &want, 1e-4, 1e-4);
+    let what = format!("nt {} {m}x{k}x{n} {dtype:?} rank {rank}", v.name());
+    if v.half() {
+        let mag = reference::nt(&abs64(&a), &abs64(&b), m, k, n);
+        return assert_close_f16(&what, &got, &want, &mag, alpha as f64);
+    }
+    assert_close(&what, &got, &want, 1e-4, 1e-4);
+}
+
+fn abs64(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x.abs() as f64).collect()
+}
+
+/// A variant that multiplies in f16 ([`Variant::half`]): each output within f16's rounding of
+/// its products, 2⁻⁹ · |α| · Σₖ |a_k · b_k| (`mag` holds the sums), of the f64 reference, besides
+/// f32's 1e-4.
+fn assert_close_f16(what: &str, got: &[f32], want: &[f64], mag: &[f64], alpha: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(mag).enumerate() {
+        let bound = 1e-4 + 1e-4 * w.abs() + alpha.abs() * s / 512.0;
+        let d = (*g as f64 - w).abs();
+        assert!(d <= bound, "{what}: element {i}: {g} vs {w} (|difference| {d:.3e} > {bound:.3e})");
+    }
 }
 
 /// `nn` with every variant [`tested`] here.
@@ -130,7 +151,12 @@ async fn check_nn_with(gpu: &Gpu, v: Variant, m: usize, k: usize, n: usize, dtyp
     for ((w, c), l) in want.iter_mut().zip(&c0).zip(&lora) {
         *w = 1.5 * *w + beta as f64 * *c as f64 + s as f64 * l;
     }
-    assert_close(&format!("nn {} {m}x{k}x{n} {dtype:?} rank {rank}", v.name()), &got, &want, 1e-4, 1e-4);
+    let what = format!("nn {} {m}x{k}x{n} {dtype:?} rank {rank}", v.name());
+    if v.half() {
+        let mag = reference::nn(&abs64(&a), &abs64(&b), m, k, n);
+        return assert_close_f16(&what, &got, &want, &mag, 1.5);
+    }
+    assert_close(&what, &got, &want, 1e-4, 1e-4);
 }
 
 async fn check_tn(gpu: &Gpu, k: usize, m: usize, n: usize, beta: f32) {
@@ -245,6 +271,71 @@ gpu_test!(async fn matmul_variants_agree_and_names_round_trip(gpu) {
     }
     assert_eq!(Variant::parse("shared12x8/8/sg8"), None);
     assert_eq!(Variant::parse("tiled"), None);
+});
+
+// The variants that multiply in f16 (where the device has shader-f16: lavapipe natively;
+// SwiftShader in Chromium has none): every tile shape, every weight dtype, awkward shapes,
+// bias, β and fused LoRA terms, within f16's rounding of the f64 reference; the load-time
+// check passes them.
+gpu_test!(async fn matmul_f16_tiles(gpu) {
+    let vs = runnable_f16(gpu);
+    if vs.is_empty() {
+        assert!(!gpu.info.shader_f16 || crate::platform::BROWSER, "shader-f16 but no f16 tile fits");
+        println!("no shader-f16 on this adapter: the f16 tiles are not offered, nothing to check");
+        return;
+    }
+    assert_eq!(vs.len(), tiled::Tile::ALL.len());
+    // Every dtype for one shape, two for the others (each pipeline compiles in ~0.1 s here).
+    for (j, v) in vs.into_iter().enumerate() {
+        assert!(v.half() && !runnable(gpu).contains(&v));
+        assert_eq!(Variant::parse(&v.name()), Some(v), "{}", v.name());
+        let all = [DType::F32, DType::BF16, DType::F16, DType::Q8, DType::Q4];
+        for dtype in if j == 0 { &all[..] } else { &[DType::BF16, DType::Q4] } {
+            let dtype = *dtype;
+            check_nt_with(gpu, v, 37, 53, 29, dtype, true, 0.5, 5).await;
+            check_nt_with(gpu, v, 19, 100, 44, dtype, false, 0.0, 0).await;
+            check_nn_with(gpu, v, 37, 53, 29, dtype, 1.0, 8).await;
+            check_nn_with(gpu, v, 21, 64, 600, dtype, 0.0, 0).await;
+            assert!(agrees(gpu, v, dtype).await.expect("runs"), "{} disagrees on {dtype:?}", v.name());
+        }
+    }
+});
+
+// f16's range is 6e-8 … 65504: the f16 tiles scale each row of A by a power of two, so
+// gradients of 1e-9 do not flush to zero and an activation of 3e4 does not overflow (without
+// the scaling both fail this test).
+gpu_test!(async fn matmul_f16_tiles_keep_their_range(gpu) {
+    let Some(&v) = runnable_f16(gpu).first() else {
+        println!("no shader-f16 on this adapter: nothing to check");
+        return;
+    };
+    let (m, k, n) = (40, 96, 72);
+    let mut rng = Rng::new(0xf16);
+    let b = rng.vec(n * k, 1.0);
+    let tb = gpu.upload_f32(&b, &[n, k], Category::Weights).unwrap();
+    let tbn = gpu.upload_f32(&b, &[k, n], Category::Weights).unwrap();
+    for (scale, outlier) in [(1e-9f32, None), (1.0, Some(3e4f32)), (1e3, None)] {
+        let mut a: Vec<f32> = rng.vec(m * k, scale);
+        if let Some(o) = outlier {
+            for r in 0..m {
+                a[r * k + (r * 7) % k] = o;
+            }
+        }
+        let ta = gpu.upload_f32(&a, &[m, k], Category::Activations).unwrap();
+        let (tc, tcn) = (gpu.zeros(&[m, n], DType::F32, Category::Activations).unwrap(), gpu.zeros(&[m, n], DType::F32, Category::Activations).unwrap());
+        matmul_nt_with(gpu, v, &ta, &tb, None, &tc, 1.0, 0.0, None);
+        matmul_nn_with(gpu, v, &ta, &tbn, &tcn, 1.0, 0.0, None);
+        let what = format!("{} with A of scale {scale:e} (outlier {outlier:?})", v.name());
+        let (a64, aabs, b64, babs) = (f64s(&a), abs64(&a), f64s(&b), abs64(&b));
+        // Relative to the products' size: 1e-4 absolute would pass anything at scale 1e-9.
+        let rel = |got: &[f32], want: Vec<f64>, mag: Vec<f64>| {
+            got.iter().zip(&want).zip(&mag).map(|((g, w), s)| (*g as f64 - w).abs() / s).fold(0.0, f64::max)
+        };
+        let e = rel(&gpu.read_f32(&tc).await.unwrap(), reference::nt(&a64, &b64, m, k, n), reference::nt(&aabs, &babs, m, k, n));
+        let en =
+            rel(&gpu.read_f32(&tcn).await.unwrap(), reference::nn(&a64, &b64, m, k, n), reference::nn(&aabs, &babs, m, k, n));
+        assert!(e <= 1.0 / 512.0 && en <= 1.0 / 512.0, "{what}: error over Σ|a·b| {e:.3e} (nt), {en:.3e} (nn)");
+    }
 });
 
 // The split-K kernels for LoRA's thin products, as a device that chose them runs them

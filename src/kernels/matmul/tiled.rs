@@ -6,6 +6,15 @@
 //! on GPUs this is what lets the arithmetic units be fed. Sums over K run in a different
 //! order from the register-blocked kernels', so results agree to f32 rounding, not bit for
 //! bit; the check at load time allows for that.
+//!
+//! Half-precision forms ([`Tile::half`], where the device has shader-f16 and the run asked for
+//! f16 products, [`crate::gpu::Gpu::set_f16_products`]): the tiles are f16 in workgroup
+//! memory (half the bytes), each invocation multiplies and adds a tile's 16 products in f16
+//! and adds that partial sum to its f32 accumulator. Activations and gradients span more
+//! than f16's range (gradients of 1e-8, activations of 1e4), so each workgroup first scales
+//! every row of A by a power of two that brings its largest value into [32, 64) (exact, and
+//! undone at the store): products then neither overflow nor flush to zero. Results agree with
+//! the f32 kernels to f16 rounding (~1e-3 relative), not f32's: an opt-in, never the default.
 
 use super::blocked::lora_key;
 use super::lora::Fused;
@@ -25,6 +34,8 @@ pub struct Tile {
     pub wy: usize,
     pub rows: usize,
     pub cols: usize,
+    /// f16 tiles and products, f32 accumulators (see the module's doc).
+    pub half: bool,
 }
 
 impl Tile {
@@ -32,13 +43,18 @@ impl Tile {
     /// 32×32 (many workgroups for short sequences and narrow products) to 128×128 (the most
     /// reuse of each loaded value).
     pub const ALL: [Tile; 6] = [
-        Tile { wx: 16, wy: 16, rows: 4, cols: 4 },
-        Tile { wx: 16, wy: 8, rows: 4, cols: 4 },
-        Tile { wx: 8, wy: 8, rows: 4, cols: 4 },
-        Tile { wx: 8, wy: 8, rows: 8, cols: 8 },
-        Tile { wx: 16, wy: 8, rows: 8, cols: 8 },
-        Tile { wx: 16, wy: 16, rows: 8, cols: 8 },
+        Tile { wx: 16, wy: 16, rows: 4, cols: 4, half: false },
+        Tile { wx: 16, wy: 8, rows: 4, cols: 4, half: false },
+        Tile { wx: 8, wy: 8, rows: 4, cols: 4, half: false },
+        Tile { wx: 8, wy: 8, rows: 8, cols: 8, half: false },
+        Tile { wx: 16, wy: 8, rows: 8, cols: 8, half: false },
+        Tile { wx: 16, wy: 16, rows: 8, cols: 8, half: false },
     ];
+
+    /// [`Tile::ALL`]'s shapes with f16 tiles and products.
+    pub fn all_half() -> [Tile; 6] {
+        Tile::ALL.map(|t| Tile { half: true, ..t })
+    }
 
     pub fn bm(self) -> usize {
         self.wy * self.rows
@@ -50,14 +66,19 @@ impl Tile {
         self.wx * self.wy
     }
     pub fn name(self) -> String {
-        format!("tiled{}x{}r{}c{}", self.bm(), self.bn(), self.rows, self.cols)
+        let half = if self.half { "/f16" } else { "" };
+        format!("tiled{}x{}r{}c{}{half}", self.bm(), self.bn(), self.rows, self.cols)
     }
-    /// Bytes of workgroup memory: the A and B tiles, f32.
+    /// Bytes of workgroup memory: the A and B tiles (f32, or f16 and A's row scales).
     pub fn shared_bytes(self) -> usize {
-        4 * BK * (self.bm() + self.bn())
+        if self.half {
+            2 * BK * (self.bm() + self.bn()) + 4 * self.bm()
+        } else {
+            4 * BK * (self.bm() + self.bn())
+        }
     }
     pub fn parse(s: &str) -> Option<Tile> {
-        Tile::ALL.into_iter().find(|t| t.name() == s)
+        Tile::ALL.into_iter().chain(Tile::all_half()).find(|t| t.name() == s)
     }
 }
 
@@ -126,6 +147,13 @@ fn source(nt: bool, t: Tile, dtype: DType, a_vec: bool, b_vec: bool, fused: bool
     let (la, ae) = super::blocked::load4_f32("load_a4", "a", "p.M", "p.K", "p.K", a_vec);
     let (lb, be) = if nt { load_b4(dtype, "p.N", "p.K", b_vec) } else { load_b4(dtype, "p.K", "p.N", b_vec) };
     let mut s = String::new();
+    // Half tiles: their element type, and how a loaded f32 value enters them.
+    let (el, a_in, b_in) = if t.half {
+        s += "enable f16;\n";
+        ("f16", "f16(v[j] * rs[r])", "f16(clamp(v[j], -65504.0, 65504.0))")
+    } else {
+        ("f32", "v[j]", "v[j]")
+    };
     s += "struct Params {\n    M: u32, N: u32, K: u32,\n    ldb: u32,\n    alpha: f32, beta: f32,\n    has_bias: u32,\n    qoff: u32,\n    rank: u32,\n    ls: f32,\n    _q0: u32, _q1: u32,\n}\n";
     s += "@group(0) @binding(0) var<uniform> p: Params;\n";
     s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;      // A: (M, K) f32\n");
@@ -153,8 +181,11 @@ fn source(nt: bool, t: Tile, dtype: DType, a_vec: bool, b_vec: bool, fused: bool
     s += unpack_fns(dtype);
     s += &la;
     s += &lb;
-    s += &format!("var<workgroup> ta: array<f32, {}>;   // A tile, k-major: ta[k * BM + m]\n", BK * bm);
-    s += &format!("var<workgroup> tb: array<f32, {}>;   // B tile, k-major: tb[k * BN + n]\n", BK * bn);
+    s += &format!("var<workgroup> ta: array<{el}, {}>;   // A tile, k-major: ta[k * BM + m]\n", BK * bm);
+    s += &format!("var<workgroup> tb: array<{el}, {}>;   // B tile, k-major: tb[k * BN + n]\n", BK * bn);
+    if t.half {
+        s += &format!("var<workgroup> rs: array<f32, {bm}>;   // each row of A's scale, a power of two\n");
+    }
     s += &format!(
         "@compute @workgroup_size({wg})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {{\n"
     );
@@ -167,10 +198,27 @@ fn source(nt: bool, t: Tile, dtype: DType, a_vec: bool, b_vec: bool, fused: bool
             s += &format!("    var acc{i}_{h} = vec4<f32>(0.0);\n");
         }
     }
+    if t.half {
+        // Each row's scale: 2^e with its largest |value| · 2^e in [16, 32).
+        s += &format!(
+            "    for (var i = li; i < {bm}u; i += {wg}u) {{
+        var mx = 0.0;
+        for (var k = 0u; k < p.K; k += 4u) {{
+            let v = abs(load_a4(bm0 + i, k));
+            mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
+        }}
+        var sc = 1.0;
+        if (mx > 0.0) {{ sc = ldexp(1.0, clamp(5 - frexp(mx).exp, -126, 126)); }}
+        rs[i] = sc;
+    }}
+    workgroupBarrier();
+"
+        );
+    }
     s += &format!("    for (var k0 = 0u; k0 < p.K; k0 += {BK}u) {{\n");
     // A tile: bm rows × BK columns, 4 values along k per load, stored k-major. Past K: zero.
     s += &format!(
-        "        for (var i = li; i < {}u; i += {wg}u) {{\n            let r = i / {}u; let c = (i % {}u) * 4u;\n            var v = load_a4(bm0 + r, k0 + c);\n            if (k0 + c >= p.K) {{ v = vec4<f32>(0.0); }}\n            for (var j = 0u; j < 4u; j++) {{ ta[(c + j) * {bm}u + r] = v[j]; }}\n        }}\n",
+        "        for (var i = li; i < {}u; i += {wg}u) {{\n            let r = i / {}u; let c = (i % {}u) * 4u;\n            var v = load_a4(bm0 + r, k0 + c);\n            if (k0 + c >= p.K) {{ v = vec4<f32>(0.0); }}\n            for (var j = 0u; j < 4u; j++) {{ ta[(c + j) * {bm}u + r] = {a_in}; }}\n        }}\n",
         bm * BK / 4,
         BK / 4,
         BK / 4
@@ -178,7 +226,7 @@ fn source(nt: bool, t: Tile, dtype: DType, a_vec: bool, b_vec: bool, fused: bool
     if nt {
         // B (N, K): bn rows (n), 4 values along k per load, transposed into tb.
         s += &format!(
-            "        for (var i = li; i < {}u; i += {wg}u) {{\n            let r = i / {}u; let c = (i % {}u) * 4u;\n            let v = load_b4(bn0 + r, k0 + c);\n            for (var j = 0u; j < 4u; j++) {{ tb[(c + j) * {bn}u + r] = v[j]; }}\n        }}\n",
+            "        for (var i = li; i < {}u; i += {wg}u) {{\n            let r = i / {}u; let c = (i % {}u) * 4u;\n            let v = load_b4(bn0 + r, k0 + c);\n            for (var j = 0u; j < 4u; j++) {{ tb[(c + j) * {bn}u + r] = {b_in}; }}\n        }}\n",
             bn * BK / 4,
             BK / 4,
             BK / 4
@@ -186,19 +234,28 @@ fn source(nt: bool, t: Tile, dtype: DType, a_vec: bool, b_vec: bool, fused: bool
     } else {
         // B (K, N): BK rows (k), 4 values along n per load; rows past K are zero.
         s += &format!(
-            "        for (var i = li; i < {}u; i += {wg}u) {{\n            let r = i / {}u; let c = (i % {}u) * 4u;\n            var v = load_b4(k0 + r, bn0 + c);\n            if (k0 + r >= p.K) {{ v = vec4<f32>(0.0); }}\n            for (var j = 0u; j < 4u; j++) {{ tb[r * {bn}u + c + j] = v[j]; }}\n        }}\n",
+            "        for (var i = li; i < {}u; i += {wg}u) {{\n            let r = i / {}u; let c = (i % {}u) * 4u;\n            var v = load_b4(k0 + r, bn0 + c);\n            if (k0 + r >= p.K) {{ v = vec4<f32>(0.0); }}\n            for (var j = 0u; j < 4u; j++) {{ tb[r * {bn}u + c + j] = {b_in}; }}\n        }}\n",
             BK * bn / 4,
             bn / 4,
             bn / 4
         );
     }
     s += "        workgroupBarrier();\n";
+    // Half tiles: the tile's 16 products summed in f16, then added to the f32 accumulator.
+    let sum = if t.half { "pt" } else { "acc" };
+    if t.half {
+        for i in 0..t.rows {
+            for h in 0..hs {
+                s += &format!("        var pt{i}_{h} = vec4<f16>(0.0h);\n");
+            }
+        }
+    }
     s += &format!("        for (var kk = 0u; kk < {BK}u; kk++) {{\n");
     s += &format!("            let q = kk * {bn}u + tx * {}u;\n", t.cols);
     for h in 0..hs {
         let q = 4 * h;
         s += &format!(
-            "            let bv{h} = vec4<f32>(tb[q + {q}u], tb[q + {}u], tb[q + {}u], tb[q + {}u]);\n",
+            "            let bv{h} = vec4<{el}>(tb[q + {q}u], tb[q + {}u], tb[q + {}u], tb[q + {}u]);\n",
             q + 1,
             q + 2,
             q + 3
@@ -208,10 +265,27 @@ fn source(nt: bool, t: Tile, dtype: DType, a_vec: bool, b_vec: bool, fused: bool
     for i in 0..t.rows {
         s += &format!("            let a{i} = ta[qa + {i}u];\n");
         for h in 0..hs {
-            s += &format!("            acc{i}_{h} += a{i} * bv{h};\n");
+            s += &format!("            {sum}{i}_{h} += a{i} * bv{h};\n");
         }
     }
-    s += "        }\n        workgroupBarrier();\n    }\n";
+    s += "        }\n";
+    if t.half {
+        for i in 0..t.rows {
+            for h in 0..hs {
+                s += &format!("        acc{i}_{h} += vec4<f32>(pt{i}_{h});\n");
+            }
+        }
+    }
+    s += "        workgroupBarrier();\n    }\n";
+    if t.half {
+        // Undo each row's scale (a power of two: exact).
+        for i in 0..t.rows {
+            s += &format!("    let inv{i} = 1.0 / rs[ty * {}u + {i}u];\n", t.rows);
+            for h in 0..hs {
+                s += &format!("    acc{i}_{h} *= inv{i};\n");
+            }
+        }
+    }
     if fused {
         s += "    for (var t = 0u; t < p.rank; t++) {\n";
         for h in 0..hs {
