@@ -18,7 +18,7 @@ use crate::gpu::alloc::Sample;
 use crate::gpu::profile::Profile;
 use crate::gpu::{Category, Gpu};
 use crate::model::block::Mode;
-use crate::model::lora::{Lora, LoraPair};
+use crate::model::lora::{Lora, LoraSet};
 use crate::model::source::WeightSource;
 use crate::model::weights::WeightFormat;
 use crate::model::{Grads, Model};
@@ -248,7 +248,7 @@ pub async fn bench_train(
                     let row = lora.zeros_row(gpu, Category::Grads)?;
                     opt.begin_fused(gpu);
                     let (o, params) = (&*opt, &lora.params);
-                    let mut apply = |i: usize, g: &[Option<LoraPair>]| o.step_layer(gpu, params, i, g, bc.lr);
+                    let mut apply = |i: usize, g: &LoraSet| o.step_layer(gpu, params, i, g, bc.lr);
                     let grads = Grads::PerLayer { row: &row, apply: &mut apply };
                     model.loss_and_grads_into(gpu, &lora, Some(grads), &input, m).await?
                 }

@@ -131,4 +131,9 @@ impl Gpu {
     pub fn max_binding(&self) -> u64 {
         self.info.max_storage_buffer_binding_size.min(self.info.max_buffer_size)
     }
+
+    /// The multiple of bytes a storage binding's offset must be ([`Tensor::slice`]).
+    pub fn storage_alignment(&self) -> u64 {
+        (self.device.limits().min_storage_buffer_offset_alignment as u64).max(4)
+    }
 }

@@ -219,7 +219,10 @@ impl Gpu {
         drop(u);
         let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params_binding }];
         for (i, t) in bindings.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: t.buf.as_entire_binding() });
+            let range =
+                wgpu::BufferBinding { buffer: &t.buf, offset: t.offset(), size: std::num::NonZeroU64::new(t.bytes()) };
+            entries
+                .push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: wgpu::BindingResource::Buffer(range) });
         }
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,

@@ -25,7 +25,7 @@ impl Gpu {
         {
             let mut guard = self.encoder();
             if let Some(enc) = guard.as_mut() {
-                enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, size);
+                enc.copy_buffer_to_buffer(&t.buf, t.offset(), &staging, 0, size);
             }
         }
         let index = self.flush();

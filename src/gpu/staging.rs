@@ -66,7 +66,7 @@ impl Gpu {
             return;
         }
         if !STAGED_UPLOADS {
-            return self.write_direct(&t.buf, 0, bytes, !fresh);
+            return self.write_direct(&t.buf, t.offset(), bytes, !fresh);
         }
         let mut ring = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         let mut done = 0;
@@ -85,7 +85,7 @@ impl Gpu {
                 chunk.used = at + padded as u64;
                 let mut guard = self.encoder();
                 if let Some(enc) = guard.as_mut() {
-                    enc.copy_buffer_to_buffer(&chunk.buf, at, &t.buf, done as u64, padded as u64);
+                    enc.copy_buffer_to_buffer(&chunk.buf, at, &t.buf, t.offset() + done as u64, padded as u64);
                 }
                 Some(piece)
             });
@@ -94,7 +94,7 @@ impl Gpu {
                 None => {
                     // The device is lost or a chunk could not be mapped again: write directly.
                     drop(ring);
-                    return self.write_direct(&t.buf, done as u64, &bytes[done..], true);
+                    return self.write_direct(&t.buf, t.offset() + done as u64, &bytes[done..], true);
                 }
             }
         }

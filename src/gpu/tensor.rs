@@ -12,6 +12,11 @@ pub struct Tensor {
     pub buf: Arc<wgpu::Buffer>,
     pub shape: Vec<usize>,
     pub dtype: DType,
+    /// Where the tensor's bytes start in `buf` and how many there are: all of it, or a
+    /// [`Tensor::slice`] of a buffer shared with other tensors (each bound, written, copied
+    /// and read back as that range only).
+    offset: u64,
+    len: u64,
     _acct: Arc<Allocation>,
 }
 
@@ -35,8 +40,26 @@ impl Tensor {
     pub fn cols(&self) -> usize {
         *self.shape.last().unwrap_or(&1)
     }
+    /// Bytes of the tensor's range of its buffer.
     pub fn bytes(&self) -> u64 {
-        self.buf.size()
+        self.len
+    }
+    /// Where the tensor's range starts in its buffer (0 but for a [`Tensor::slice`]).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// A tensor of `shape` and `dtype` over `bytes` bytes of this one's buffer from byte
+    /// `offset` of its range: it shares the buffer (and its accounted allocation) and is
+    /// bound, written, copied and read as that range alone. `offset` must be a multiple of
+    /// the device's storage offset alignment ([`crate::gpu::Gpu::storage_alignment`]) for
+    /// the slice to be bound.
+    pub fn slice(&self, offset: u64, bytes: u64, shape: &[usize], dtype: DType) -> Tensor {
+        assert!(
+            offset % 4 == 0 && bytes > 0 && offset + bytes <= self.len,
+            "slice of {bytes} bytes at {offset} of a {}-byte tensor",
+            self.len
+        );
+        Tensor { offset: self.offset + offset, len: bytes, shape: shape.to_vec(), dtype, ..self.clone() }
     }
     pub fn category(&self) -> Category {
         self._acct.category()
@@ -65,7 +88,8 @@ impl Gpu {
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub(super) fn wrap(&self, buf: wgpu::Buffer, shape: &[usize], dtype: DType, cat: Category) -> Tensor {
         let acct = self.alloc.track(cat, buf.size());
-        Tensor { buf: Arc::new(buf), shape: shape.to_vec(), dtype, _acct: Arc::new(acct) }
+        let len = buf.size();
+        Tensor { buf: Arc::new(buf), shape: shape.to_vec(), dtype, offset: 0, len, _acct: Arc::new(acct) }
     }
 
     /// Bytes a tensor of this shape and dtype occupies (16-bit rows padded to even length,
@@ -78,10 +102,11 @@ impl Gpu {
 
     /// The same buffer, accounted under another category from now on.
     pub fn retag(&self, t: Tensor, cat: Category) -> Tensor {
-        let Tensor { buf, shape, dtype, _acct } = t;
+        let Tensor { buf, shape, dtype, offset, len, _acct } = t;
+        assert!(offset == 0 && len == buf.size(), "retag of a slice of a buffer: retag the buffer");
         drop(_acct); // release first so the peak never counts the buffer twice
         let acct = self.alloc.track(cat, buf.size());
-        Tensor { buf, shape, dtype, _acct: Arc::new(acct) }
+        Tensor { buf, shape, dtype, offset, len, _acct: Arc::new(acct) }
     }
 
     /// A tensor of zeros (f32 or packed).
@@ -157,7 +182,7 @@ impl Gpu {
         );
         let mut guard = self.encoder();
         if let Some(enc) = guard.as_mut() {
-            enc.copy_buffer_to_buffer(&src.buf, src_off, &dst.buf, dst_off, bytes);
+            enc.copy_buffer_to_buffer(&src.buf, src.offset + src_off, &dst.buf, dst.offset + dst_off, bytes);
         }
     }
 
@@ -166,7 +191,7 @@ impl Gpu {
         let n = src.bytes().min(dst.bytes());
         let mut guard = self.encoder();
         if let Some(enc) = guard.as_mut() {
-            enc.copy_buffer_to_buffer(&src.buf, 0, &dst.buf, 0, n);
+            enc.copy_buffer_to_buffer(&src.buf, src.offset, &dst.buf, dst.offset, n);
         }
     }
 }

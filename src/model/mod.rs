@@ -46,10 +46,10 @@ pub fn mlp_chunk_rows(cfg: &ModelConfig) -> usize {
 pub enum Grads<'a> {
     /// Accumulated (+=) into a whole set (gradient accumulation, clipping over all of them).
     Full(&'a LoraSet),
-    /// One layer at a time: before block i's backward `row` is zeroed, the block writes its
+    /// One layer at a time: before block i's backward `row` (a one-layer set) is zeroed, the block writes its
     /// gradients there, and `apply(i, row)` runs right after (a fused optimizer update), so
     /// no whole gradient set is ever held. Every layer has the same LoRA shapes as `row`.
-    PerLayer { row: &'a [Option<lora::LoraPair>], apply: &'a mut dyn FnMut(usize, &[Option<lora::LoraPair>]) },
+    PerLayer { row: &'a lora::LoraSet, apply: &'a mut dyn FnMut(usize, &lora::LoraSet) },
 }
 
 /// A batch on the GPU.
@@ -254,7 +254,7 @@ impl Model {
                 Grads::Full(set) => &set.layers[i],
                 Grads::PerLayer { row, .. } => {
                     lora::zero_row(gpu, row);
-                    row
+                    &row.layers[0]
                 }
             };
             dx = block_backward(gpu, &ctx, mode, &w, &lora.params.layers[i], row, &xin, dx, sv)?;

@@ -13,7 +13,7 @@ use crate::base::names;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::elementwise::{fill, sum_squares};
 use crate::kernels::optimizer::{adamw_step, sgd_momentum_step, AdamW, Sgd};
-use crate::model::lora::{Lora, LoraPair, LoraSet};
+use crate::model::lora::{Lora, LoraSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OptimizerKind {
@@ -205,11 +205,12 @@ impl Optimizer {
     /// the gradients for non-finite values before [`Optimizer::update`]).
     pub fn measure(&self, gpu: &Gpu, grads: &LoraSet) {
         let mut first = true;
-        for (_, _, g) in grads.iter() {
-            for t in [&g.a, &g.b] {
-                sum_squares(gpu, t, &self.norm_sq, !first);
-                first = false;
-            }
+        // One sum per buffer where the set lies in few (the padding between tensors is zero).
+        let whole: Vec<&Tensor> = grads.arenas().iter().collect();
+        let each: Vec<&Tensor> = grads.iter().flat_map(|(_, _, g)| [&g.a, &g.b]).collect();
+        for t in if whole.is_empty() { each } else { whole } {
+            sum_squares(gpu, t, &self.norm_sq, !first);
+            first = false;
         }
         if first {
             fill(gpu, &self.norm_sq, 0.0);
@@ -227,6 +228,13 @@ impl Optimizer {
             State::AdamW { m, v } => {
                 assert!(same_structure(params, m), "Optimizer::step: parameters differ from the optimizer's state");
                 let h = AdamW { lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weight_decay: c.weight_decay };
+                if [grads, m, v].iter().all(|s| params.same_layout(s)) {
+                    // Every tensor alike: one update per buffer.
+                    for (((p, g), m), v) in params.arenas().iter().zip(grads.arenas()).zip(m.arenas()).zip(v.arenas()) {
+                        adamw_step(gpu, &h, self.step, p, g, m, v, &self.norm_sq, max_norm);
+                    }
+                    return;
+                }
                 for (i, proj, p) in params.iter() {
                     let (g, m, v) = (grads.pair(i, proj), m.pair(i, proj), v.pair(i, proj));
                     let (Some(g), Some(m), Some(v)) = (g, m, v) else { continue };
@@ -239,6 +247,13 @@ impl Optimizer {
                     assert!(same_structure(params, b), "Optimizer::step: parameters differ from the optimizer's state");
                 }
                 let h = Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay };
+                if params.same_layout(grads) && buf.as_ref().is_none_or(|b| params.same_layout(b)) {
+                    for (j, (p, g)) in params.arenas().iter().zip(grads.arenas()).enumerate() {
+                        let b = buf.as_ref().map(|b| &b.arenas()[j]);
+                        sgd_momentum_step(gpu, &h, p, g, b, &self.norm_sq, max_norm);
+                    }
+                    return;
+                }
                 for (i, proj, p) in params.iter() {
                     let Some(g) = grads.pair(i, proj) else { continue };
                     let b = buf.as_ref().and_then(|b| b.pair(i, proj));
@@ -273,11 +288,38 @@ impl Optimizer {
 
     /// Update layer `layer`'s parameters from its gradients `grads` (one row of the set, right
     /// after that layer's backward), exactly as [`Optimizer::step`] would with clipping off.
-    pub fn step_layer(&self, gpu: &Gpu, params: &LoraSet, layer: usize, grads: &[Option<LoraPair>], lr: f32) {
+    pub fn step_layer(&self, gpu: &Gpu, params: &LoraSet, layer: usize, row: &LoraSet, lr: f32) {
         let c = &self.cfg;
-        for g in grads.iter().flatten() {
-            for t in [&g.a, &g.b] {
-                sum_squares(gpu, t, &self.norm_sq, true);
+        let grads = &row.layers[0];
+        if let Some(span) = row.span(0) {
+            sum_squares(gpu, span, &self.norm_sq, true);
+        } else {
+            for g in grads.iter().flatten() {
+                for t in [&g.a, &g.b] {
+                    sum_squares(gpu, t, &self.norm_sq, true);
+                }
+            }
+        }
+        // The layer's tensors alike in every set: one update over the layer's span.
+        fn span<'a>(s: &'a LoraSet, layer: usize, row: &LoraSet) -> Option<&'a Tensor> {
+            s.span(layer).filter(|t| row.span(0).is_some_and(|g| g.bytes() == t.bytes()))
+        }
+        let span = |s| span(s, layer, row);
+        if let (Some(p), Some(g)) = (span(params), row.span(0)) {
+            match &self.state {
+                State::AdamW { m, v } => {
+                    if let (Some(m), Some(v)) = (span(m), span(v)) {
+                        let h = AdamW { lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weight_decay: c.weight_decay };
+                        return adamw_step(gpu, &h, self.step, p, g, m, v, &self.norm_sq, 0.0);
+                    }
+                }
+                State::Sgd { buf } => {
+                    let b = buf.as_ref().map(span);
+                    if b.is_none_or(|b| b.is_some()) {
+                        let h = Sgd { lr, momentum: c.momentum, weight_decay: c.weight_decay };
+                        return sgd_momentum_step(gpu, &h, p, g, b.flatten(), &self.norm_sq, 0.0);
+                    }
+                }
             }
         }
         for (j, (p, g)) in params.layers[layer].iter().zip(grads).enumerate() {

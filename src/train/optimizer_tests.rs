@@ -261,3 +261,48 @@ fn optimizer_config_parsing_and_validation() {
     assert_eq!(Optimizer::state_bytes(&d, 100), 204);
     assert_eq!(Optimizer::state_bytes(&OptimizerConfig { kind: OptimizerKind::Sgd, ..d }, 100), 4);
 }
+
+// A set lies in one buffer, in several (a layer each) or in separate ones (a layer larger than a
+// buffer may be): the optimizer updates each alike, per buffer, per layer or per tensor —
+// bit for bit without clipping (the gradient norm's sum runs in another order with it: within
+// f32 rounding). The tensors are aligned for binding and never overlap.
+gpu_test!(async fn sets_in_one_several_or_separate_buffers_step_alike(gpu) {
+    let base = upload(gpu, &tiny_adapter(11));
+    let values = read_flat(gpu, &base.params).await;
+    let shapes = base.params.shapes();
+    let layer = LoraSet::zeros(gpu, &shapes[..1].to_vec(), Category::Scratch).unwrap().arenas()[0].bytes();
+    let grads_host = random_grads(&mut Rng::new(5), &base.params, 1.0);
+    for cfg in configs() {
+        let mut outs = Vec::new();
+        for (cap, buffers) in [(u64::MAX, 1), (layer, shapes.len()), (layer - 4, 0)] {
+            let params = LoraSet::zeros_capped(gpu, &shapes, Category::Lora, cap).unwrap();
+            assert_eq!(params.arenas().len(), buffers, "cap {cap}");
+            let mut ranges: Vec<(usize, u64, u64)> = tensors(&params)
+                .iter()
+                .map(|t| (std::sync::Arc::as_ptr(&t.buf) as usize, t.offset(), t.offset() + t.bytes()))
+                .collect();
+            assert!(ranges.iter().all(|r| r.1 % gpu.storage_alignment() == 0));
+            ranges.sort();
+            assert!(ranges.windows(2).all(|w| w[0].0 != w[1].0 || w[0].2 <= w[1].1), "overlapping tensors");
+            write_set(gpu, &params, &values);
+            let lora = Lora { r: base.r, alpha: base.alpha, targets: base.targets.clone(), params };
+            let grads = lora.zeros_like(gpu, Category::Grads).unwrap();
+            assert_eq!(grads.arenas().len(), buffers);
+            assert!(buffers == 0 || lora.params.same_layout(&grads));
+            write_set(gpu, &grads, &grads_host);
+            let mut opt = Optimizer::new(gpu, cfg.clone(), &lora).unwrap();
+            for _ in 0..2 {
+                opt.step(gpu, &lora.params, &grads, cfg.lr);
+            }
+            outs.push(read_flat(gpu, &lora.params).await);
+        }
+        for (k, out) in outs.iter().enumerate().skip(1) {
+            if cfg.max_grad_norm > 0.0 {
+                let want: Vec<Vec<f64>> = outs[0].iter().map(|t| f64s(t)).collect();
+                check_params(&format!("{cfg:?} layout {k}"), out, &want, 1e-6, 1e-5);
+            } else {
+                assert_eq!(out, &outs[0], "{cfg:?}: layout {k} differs from one buffer's update");
+            }
+        }
+    }
+});

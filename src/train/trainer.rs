@@ -17,7 +17,7 @@ use crate::gpu::{Category, Gpu};
 use crate::kernels::elementwise::scale;
 use crate::model::block::Mode;
 use crate::model::lora::zero_set;
-use crate::model::lora::{read_set, Lora, LoraPair, LoraSet};
+use crate::model::lora::{read_set, Lora, LoraSet};
 use crate::model::{Grads, Model};
 use crate::platform::now_ms;
 use crate::train::checkpoint::{self, NamedF32};
@@ -78,7 +78,7 @@ enum GradBuf {
     /// A whole set: gradient accumulation and global clipping need every gradient first.
     Full(LoraSet),
     /// One layer's worth: the optimizer update is fused into the backward, layer by layer.
-    Row(Vec<Option<LoraPair>>),
+    Row(LoraSet),
     /// MeZO: no gradients at all.
     None,
 }
@@ -297,7 +297,7 @@ impl Trainer {
                 GradBuf::Row(row) => {
                     self.opt.begin_fused(gpu);
                     let (opt, params) = (&self.opt, &self.lora.params);
-                    let mut apply = |i: usize, g: &[Option<LoraPair>]| opt.step_layer(gpu, params, i, g, lr);
+                    let mut apply = |i: usize, g: &LoraSet| opt.step_layer(gpu, params, i, g, lr);
                     let grads = Grads::PerLayer { row, apply: &mut apply };
                     let loss = model.loss_and_grads_into(gpu, &self.lora, Some(grads), &input, Mode::Mesp).await?;
                     if !loss.is_finite() {
