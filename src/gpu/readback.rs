@@ -44,6 +44,33 @@ impl Gpu {
         Ok(v)
     }
 
+    /// Read f32 tensors back, each as [`Gpu::read_f32`] would, with one readback per buffer
+    /// they share (a [`crate::model::lora::LoraSet`]'s hundreds of slices: a few readbacks, not
+    /// one each).
+    pub async fn read_f32_many(&self, ts: &[&Tensor]) -> Result<Vec<Vec<f32>>, GpuError> {
+        let mut out: Vec<Option<Vec<f32>>> = vec![None; ts.len()];
+        for i in 0..ts.len() {
+            if out[i].is_some() {
+                continue;
+            }
+            let same: Vec<usize> =
+                (i..ts.len()).filter(|&j| out[j].is_none() && std::sync::Arc::ptr_eq(&ts[j].buf, &ts[i].buf)).collect();
+            let lo = same.iter().map(|&j| ts[j].offset).min().unwrap_or(0);
+            let hi = same.iter().map(|&j| ts[j].offset + ts[j].len).max().unwrap_or(0);
+            let mut range = ts[i].clone();
+            (range.offset, range.len, range.shape) = (lo, hi - lo, vec![((hi - lo) / 4) as usize]);
+            let bytes = self.read_bytes(&range).await?;
+            for j in same {
+                let t = ts[j];
+                let at = (t.offset - lo) as usize;
+                let mut v: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes[at..at + t.len as usize]);
+                v.truncate(t.numel());
+                out[j] = Some(v);
+            }
+        }
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
     /// Wait until all submitted work has finished (benchmarks).
     pub async fn sync(&self) -> Result<(), GpuError> {
         let t = self.zeros(&[1], DType::F32, Category::Staging)?;

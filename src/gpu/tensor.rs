@@ -15,8 +15,8 @@ pub struct Tensor {
     /// Where the tensor's bytes start in `buf` and how many there are: all of it, or a
     /// [`Tensor::slice`] of a buffer shared with other tensors (each bound, written, copied
     /// and read back as that range only).
-    offset: u64,
-    len: u64,
+    pub(super) offset: u64,
+    pub(super) len: u64,
     _acct: Arc<Allocation>,
 }
 

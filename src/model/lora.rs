@@ -233,10 +233,13 @@ impl LoraSet {
 
 /// Read a set (parameters or gradients) back as PEFT-keyed f32 tensors.
 pub async fn read_set(gpu: &Gpu, set: &LoraSet) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+    let tensors: Vec<&Tensor> = set.iter().flat_map(|(_, _, pair)| [&pair.a, &pair.b]).collect();
+    let mut values = gpu.read_f32_many(&tensors).await?.into_iter();
     let mut out = Vec::new();
     for (i, p, pair) in set.iter() {
-        out.push((names::lora_a_key(i, p), pair.a.shape.clone(), gpu.read_f32(&pair.a).await?));
-        out.push((names::lora_b_key(i, p), pair.b.shape.clone(), gpu.read_f32(&pair.b).await?));
+        let (a, b) = (values.next().unwrap_or_default(), values.next().unwrap_or_default());
+        out.push((names::lora_a_key(i, p), pair.a.shape.clone(), a));
+        out.push((names::lora_b_key(i, p), pair.b.shape.clone(), b));
     }
     Ok(out)
 }

@@ -367,11 +367,10 @@ impl Optimizer {
     /// ".exp_avg" / ".exp_avg_sq" (AdamW) or ".momentum_buffer" (SGD with momentum), shape,
     /// values). Plain SGD has no tensors.
     pub async fn state(&self, gpu: &Gpu) -> Result<(u32, Vec<(String, Vec<usize>, Vec<f32>)>)> {
-        let mut out = Vec::new();
-        for (key, t) in self.state_tensors() {
-            out.push((key, t.shape.clone(), gpu.read_f32(t).await?));
-        }
-        Ok((self.step, out))
+        let named = self.state_tensors();
+        let tensors: Vec<&Tensor> = named.iter().map(|(_, t)| *t).collect();
+        let values = gpu.read_f32_many(&tensors).await?;
+        Ok((self.step, named.iter().zip(values).map(|((key, t), v)| (key.clone(), t.shape.clone(), v)).collect()))
     }
 
     /// Restore what [`Optimizer::state`] returned. Every expected tensor must be present with
