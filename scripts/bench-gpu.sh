@@ -8,7 +8,8 @@
 #
 # WEBTUNE_BIN: a webtune binary built elsewhere (default: cargo build --release here).
 # --no-cuda: skip the PyTorch side (on a machine without CUDA, e.g. lavapipe: the script then
-#   runs end to end on whatever Vulkan adapter there is). --quick: fewer steps and shapes.
+#   runs end to end on whatever Vulkan adapter there is). --quick: fewer steps and shapes, and
+#   no f16 tilings in the kernel table (the f16 training run stays).
 # GPU_PEAK_TFLOPS: the f32 (non-tensor-core) peak to divide by (default: from the GPU's name for
 #   the ones listed in bench-gpu-table.py, else PyTorch's own f32 GEMM rate is the reference).
 set -uo pipefail
@@ -59,8 +60,13 @@ run() {
 }
 
 # --- webtune (wgpu on the GPU's Vulkan driver) -------------------------------------------
-# --f16-products: the variants that multiply in f16 are timed too (where the adapter has shader-f16).
-run kernels "$w" --f16-products bench kernels --json "$out/kernels.json" --reps 10
+# --f16-products: the variants that multiply in f16 are timed too (where the adapter has
+# shader-f16); not with --quick, where on a CPU adapter the twelve tilings alone take minutes.
+if [ "$quick" = 1 ]; then
+  run kernels "$w" bench kernels --json "$out/kernels.json" --reps 10
+else
+  run kernels "$w" --f16-products bench kernels --json "$out/kernels.json" --reps 10
+fi
 run train-smollm2 "$w" bench --shape smollm2-135m --seq 256 --rank 8 --modes mesp --optimizer adamw \
   --weights bf16 --resident --steps "$steps" --json "$out/train-smollm2.json"
 run train-qwen05 "$w" bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp --optimizer adamw \
