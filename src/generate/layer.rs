@@ -14,8 +14,8 @@ use crate::kernels::matmul::matmul_nt_many;
 use crate::kernels::rmsnorm::{rmsnorm_forward, rmsnorm_lora_h_row};
 use crate::kernels::rope::rope_into_cache;
 use crate::kernels::swiglu::swiglu_forward;
-use crate::model::block::{gate_up_swiglu_h, lora_h_alloc, lora_h_jobs, lora_h_many, lora_linear_forward_h};
 use crate::model::lora::LoraPair;
+use crate::model::lora_linear::{gate_up_swiglu_h, lora_h_alloc, lora_h_jobs, lora_h_many, lora_linear_forward_h};
 use crate::model::weights::{LayerWeights, Linear};
 
 impl Decoder<'_> {

@@ -99,7 +99,7 @@ mod tests {
     use crate::gpu::Tensor;
     use crate::gpu_test;
     use crate::kernels::testutil::Rng;
-    use crate::model::block::lora_linear_forward_h;
+    use crate::model::lora_linear::lora_linear_forward_h;
 
     // The packed product equals the three products of q, k and v bit for bit, each with its own
     // LoRA term (k without one here) and bias, for 16-bit and quantized weights.

@@ -7,8 +7,10 @@
 //! MeSP: during training only the block input x is kept (a checkpoint). The
 //! backward recomputes the block forward from x, keeping the intermediates
 //! ([`Saved`]), then walks back through them, dropping each as soon as its
-//! last use is recorded. LoRA's h = x·Aᵀ is never stored: it is recomputed in
-//! [`lora_linear_backward`] (r ≪ in makes that cheap).
+//! last use is recorded. LoRA's h = x·Aᵀ is never kept from the step's forward: the
+//! backward's recomputed forward makes it again (q, k and v's in one dispatch, gate and up's in
+//! another: [`SharedH`]) and hands it to [`lora_linear_backward`] (r ≪ in makes that cheap);
+//! down's, whose input m is only recomputed there, is made in its backward.
 
 use crate::base::config::ModelConfig;
 use crate::base::error::Result;
@@ -16,14 +18,12 @@ use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
-use crate::kernels::matmul::{
-    gate_up_swiglu_row, matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_many, matmul_nt_with, matmul_tn, Fused, Variant,
-};
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
 use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
 use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
 use crate::model::lora::LoraPair;
-use crate::model::weights::{LayerWeights, Linear};
+use crate::model::lora_linear::{act, lora_linear_backward, SharedH};
+use crate::model::weights::LayerWeights;
 
 /// Everything a block needs besides its weights.
 pub struct BlockCtx<'a> {
@@ -43,135 +43,6 @@ impl BlockCtx<'_> {
     fn rows(&self) -> usize {
         self.attn.batch * self.attn.seq
     }
-}
-
-fn act(gpu: &Gpu, shape: &[usize]) -> Result<Tensor> {
-    Ok(gpu.zeros(shape, DType::F32, Category::Activations)?)
-}
-
-/// y (N, out) = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ; the thin h = x·Aᵀ lives only inside this call.
-pub fn lora_linear_forward(
-    gpu: &Gpu,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<&LoraPair>,
-    s: f32,
-    y: &Tensor,
-) -> Result<()> {
-    lora_linear_forward_keep(gpu, x, lin, lora, s, y, false).map(|_| ())
-}
-
-/// y = x·Wᵀ + b + s·h·Bᵀ + β·y with LoRA's h = x·Aᵀ already computed (decoding computes the h
-/// of the projections that read one input together, [`lora_h_many`]), or y = x·Wᵀ + b + β·y.
-pub fn lora_linear_forward_h(
-    gpu: &Gpu,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<(&LoraPair, &Tensor)>,
-    s: f32,
-    y: &Tensor,
-    beta: f32,
-) {
-    let f = lora.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
-    matmul_nt_with(gpu, Variant::of(gpu), x, &lin.w, lin.b.as_ref(), y, 1.0, beta, f);
-}
-
-/// m = silu(gate(x)) · up(x) for one row x in one dispatch ([`gate_up_swiglu_row`]: decoding's
-/// MLP, each linear with its LoRA term from h already computed, s its scale); false, having
-/// done nothing, where the device's kernels do not take it (the caller runs the two
-/// products and SwiGLU).
-pub fn gate_up_swiglu_h(
-    gpu: &Gpu,
-    x: &Tensor,
-    gate: (&Linear, Option<(&LoraPair, &Tensor)>),
-    up: (&Linear, Option<(&LoraPair, &Tensor)>),
-    s: f32,
-    m: &Tensor,
-) -> bool {
-    if gate.0.b.is_some() || up.0.b.is_some() {
-        return false;
-    }
-    let fg = gate.1.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
-    let fu = up.1.map(|(l, h)| Fused { left: h, right: &l.b, scale: s });
-    gate_up_swiglu_row(gpu, x, (&gate.0.w, fg), (&up.0.w, fu), m)
-}
-
-/// h = x·Aᵀ (N, r) for each LoRA pair of the projections that read x, in as few dispatches as
-/// the device allows ([`matmul_nt_many`]); None where a projection has none.
-pub fn lora_h_many(gpu: &Gpu, x: &Tensor, pairs: &[Option<&LoraPair>]) -> Result<Vec<Option<Tensor>>> {
-    let hs = lora_h_alloc(gpu, x.rows(), pairs)?;
-    matmul_nt_many(gpu, x, &lora_h_jobs(pairs, &hs));
-    Ok(hs)
-}
-
-/// The h (n, r) of each LoRA pair of `pairs`, not yet computed; None where a projection has none.
-pub fn lora_h_alloc(gpu: &Gpu, n: usize, pairs: &[Option<&LoraPair>]) -> Result<Vec<Option<Tensor>>> {
-    pairs.iter().map(|p| p.map(|l| act(gpu, &[n, l.a.rows()])).transpose()).collect()
-}
-
-/// The products (A, h) that compute `hs` ([`lora_h_alloc`] of `pairs`).
-pub fn lora_h_jobs<'a>(pairs: &[Option<&'a LoraPair>], hs: &'a [Option<Tensor>]) -> Vec<(&'a Tensor, &'a Tensor)> {
-    pairs.iter().zip(hs).filter_map(|(p, h)| Some((&p.as_ref()?.a, h.as_ref()?))).collect()
-}
-
-/// As [`lora_linear_forward`]; with `keep_h` (MeBP, full) h = x·Aᵀ is returned for the backward.
-pub fn lora_linear_forward_keep(
-    gpu: &Gpu,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<&LoraPair>,
-    s: f32,
-    y: &Tensor,
-    keep_h: bool,
-) -> Result<Option<Tensor>> {
-    let Some(l) = lora else {
-        lora_linear_forward_h(gpu, x, lin, None, s, y, 0.0);
-        return Ok(None);
-    };
-    let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
-    matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
-    lora_linear_forward_h(gpu, x, lin, Some((l, &h)), s, y, 0.0);
-    Ok(keep_h.then_some(h))
-}
-
-/// dx (N, in) = beta·dx + dy·W + s·(dy·B)·A, and (accumulated, +=) dB += s·dyᵀ·h, dA += s·gᵀ·x
-/// with g = dy·B and h = x·Aᵀ recomputed here (MeSP: h is never kept from forward) unless
-/// `h_saved` brings it (MeBP, full).
-#[allow(clippy::too_many_arguments)]
-pub fn lora_linear_backward(
-    gpu: &Gpu,
-    dy: &Tensor,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<(&LoraPair, &LoraPair)>,
-    s: f32,
-    dx: &Tensor,
-    beta: f32,
-    h_saved: Option<&Tensor>,
-) -> Result<()> {
-    let Some((p, g)) = lora else {
-        matmul_nn(gpu, dy, &lin.w, dx, 1.0, beta);
-        return Ok(());
-    };
-    {
-        let n = dy.rows();
-        let r = p.a.rows();
-        let gt = act(gpu, &[n, r])?; // g: (N, r)
-        matmul_nn(gpu, dy, &p.b, &gt, 1.0, 0.0);
-        // dx = β·dx + dy·W + s·g·A in one pass over dx.
-        matmul_nn_lora(gpu, dy, &lin.w, dx, beta, Fused { left: &gt, right: &p.a, scale: s });
-        matmul_tn(gpu, &gt, x, &g.a, s, 1.0);
-        drop(gt);
-        match h_saved {
-            Some(h) => matmul_tn(gpu, dy, h, &g.b, s, 1.0),
-            None => {
-                let h = act(gpu, &[n, r])?; // h: (N, r), recomputed
-                matmul_nt(gpu, x, &p.a, None, &h, 1.0, 0.0);
-                matmul_tn(gpu, dy, &h, &g.b, s, 1.0);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The intermediates of one block that its backward reads (all (N, ·) f32).
@@ -231,10 +102,6 @@ impl Mode {
 
 type LoraRow<'a> = Option<&'a [Option<LoraPair>]>;
 
-fn pick<'a>(row: LoraRow<'a>, p: Proj) -> Option<&'a LoraPair> {
-    row.and_then(|r| r[p as usize].as_ref())
-}
-
 /// y = block(x). With `keep`, also returns the intermediates for the backward
 /// (with LoRA's h too when `keep_h`).
 pub fn block_forward(
@@ -259,8 +126,9 @@ pub fn block_forward_keep(
     keep_h: bool,
 ) -> Result<(Tensor, Option<Saved>)> {
     let mut hs: Vec<Option<Tensor>> = (0..7).map(|_| None).collect();
+    let shared = SharedH::new(lora);
     let mut lin = |xin: &Tensor, p: Proj, y: &Tensor| -> Result<()> {
-        hs[p as usize] = lora_linear_forward_keep(gpu, xin, w.linear(p), pick(lora, p), ctx.scale, y, keep && keep_h)?;
+        hs[p as usize] = shared.forward(gpu, xin, w.linear(p), p, ctx.scale, y, keep && keep_h)?;
         Ok(())
     };
     let cfg = ctx.cfg;
@@ -288,8 +156,9 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
     let (n, c, f) = (ctx.rows(), cfg.hidden, cfg.intermediate);
     let (qd, kvd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
     let eps = cfg.rms_norm_eps as f32;
+    let shared = SharedH::new(lora);
     let lin =
-        |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(lora, p), ctx.scale, y);
+        |xin: &Tensor, p: Proj, y: &Tensor| shared.forward(gpu, xin, w.linear(p), p, ctx.scale, y, false).map(drop);
     let (q, k, v) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
     {
         let xn1 = act(gpu, &[n, c])?;
@@ -443,11 +312,19 @@ pub fn block_backward(
     };
     let dxn2 = act(gpu, &[n, c])?;
     let (half, hs) = if mode == Mode::Mesp && saved.is_none() {
-        let mut lin =
-            |xin: &Tensor, p: Proj, y: &Tensor| lora_linear_forward(gpu, xin, w.linear(p), pick(Some(lora), p), s, y);
-        let half = attn_half(gpu, ctx, w, &mut lin, x)?;
+        // The recomputed forward's h of q, k, v and o serve their backward too (not computed a
+        // third time): h is still never kept from the step's forward.
+        let shared = SharedH::new(Some(lora));
+        let mut hs: Vec<Option<Tensor>> = (0..7).map(|_| None).collect();
+        let half = {
+            let mut lin = |xin: &Tensor, p: Proj, y: &Tensor| -> Result<()> {
+                hs[p as usize] = shared.forward(gpu, xin, w.linear(p), p, s, y, true)?;
+                Ok(())
+            };
+            attn_half(gpu, ctx, w, &mut lin, x)?
+        };
         mlp_backward_chunked(gpu, ctx, w, lora, grads, &half.xn2, &dy, &dxn2)?;
-        (half, Vec::new())
+        (half, hs)
     } else {
         let saved = match saved {
             Some(sv) => sv,
@@ -536,12 +413,12 @@ fn mlp_backward_chunked(
             crate::kernels::elementwise::copy_rows(gpu, dy, t0, b, 0, r);
             (a, b, d)
         };
-        let lin = |xin: &Tensor, p: Proj, y: &Tensor| {
-            lora_linear_forward(gpu, xin, w.linear(p), lora[p as usize].as_ref(), s, y)
-        };
+        // The chunk's recomputed h of gate and up serve their backward below too.
+        let shared = SharedH::new(Some(lora));
+        let lin = |p: Proj, y: &Tensor| shared.forward(gpu, x_c, w.linear(p), p, s, y, true);
         let (g, u) = (act(gpu, &[r, f])?, act(gpu, &[r, f])?);
-        lin(x_c, Proj::Gate, &g)?;
-        lin(x_c, Proj::Up, &u)?;
+        let h_gate = lin(Proj::Gate, &g)?;
+        let h_up = lin(Proj::Up, &u)?;
         let m = act(gpu, &[r, f])?;
         swiglu_forward(gpu, &g, &u, &m);
         let dm = act(gpu, &[r, f])?;
@@ -551,9 +428,9 @@ fn mlp_backward_chunked(
         let (dg, du) = (act(gpu, &[r, f])?, act(gpu, &[r, f])?);
         swiglu_backward(gpu, &dm, &g, &u, &dg, &du);
         drop((dm, g, u));
-        lora_linear_backward(gpu, &dg, x_c, w.linear(Proj::Gate), both(Proj::Gate), s, dx_c, 0.0, None)?;
+        lora_linear_backward(gpu, &dg, x_c, w.linear(Proj::Gate), both(Proj::Gate), s, dx_c, 0.0, h_gate.as_ref())?;
         drop(dg);
-        lora_linear_backward(gpu, &du, x_c, w.linear(Proj::Up), both(Proj::Up), s, dx_c, 1.0, None)?;
+        lora_linear_backward(gpu, &du, x_c, w.linear(Proj::Up), both(Proj::Up), s, dx_c, 1.0, h_up.as_ref())?;
         drop(du);
         if !whole {
             crate::kernels::elementwise::copy_rows(gpu, dx_c, 0, dxn2, t0, r);

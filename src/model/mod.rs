@@ -6,6 +6,7 @@
 pub mod block;
 pub mod load;
 pub mod lora;
+pub mod lora_linear;
 pub mod source;
 pub mod synthetic;
 pub mod weights;

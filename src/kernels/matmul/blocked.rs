@@ -486,3 +486,56 @@ pub(super) fn nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
     let workgroups = ((count * n.div_ceil(8)) as u32, 1, 1);
     gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bindings, workgroups, flops(1, n * count, k));
 }
+
+/// h_j (M, N) = x (M, K) · A_jᵀ for every (A_j, h_j) of `pairs` (up to [`super::gemv::MANY`],
+/// A_j f32 of one shape, N ≤ 8: LoRA's rank), M more than a few rows: the LoRA down-products of
+/// the projections that read one input (q, k, v; gate, up) in one dispatch, as a training
+/// step's forward runs them. Each h_j is [`nt`]'s thin product bit for bit: the same
+/// workgroups of 8 invocations along M, the same 8-row blocks and loop, with its own A_j and h_j
+/// chosen by the workgroup.
+pub(super) fn nt_many_rows(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
+    let (m, k, n) = (x.rows(), x.cols(), pairs[0].0.rows());
+    debug_assert!(n <= 8 && m > 8, "nt_many_rows: {m}×{n}");
+    let vec = k % 4 == 0;
+    let count = pairs.len();
+    let (wx, wy) = lanes(m, n);
+    let rows = block_rows(m, 8);
+    let key = format!("matmul_nt/blocked_many_rows{wx}x{wy}r{rows}/{count}/{vec}");
+    let pipeline = gpu.pipeline(&key, || {
+        let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", vec);
+        let mut s = format!(
+            "// h_j (M, N) = x (M, K) · A_jᵀ for each j: the register-blocked thin product, A_j and h_j by workgroup.\n{}@group(0) @binding(0) var<uniform> p: Params;\n",
+            super::gemv::PARAMS
+        );
+        s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (M, K)\n{la}");
+        let mut branches = String::new();
+        for j in 0..count {
+            let (lb, be) = load4_f32("load_b4", &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
+            s += &format!("@group(0) @binding({}) var<storage, read> b{j}: array<{be}>;   // A_{j}: (N, K)\n", 2 + j);
+            s += &format!("@group(0) @binding({}) var<storage, read_write> c{j}: array<f32>;   // h_{j}: (M, N)\n", 2 + count + j);
+            let body = loop_nt(DType::F32, rows, &own_a_rows(rows)) + &store_rows(rows);
+            let fns = format!("{lb}fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{\n    if (m >= p.M) {{ return; }}\n    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);\n    for (var j = 0u; j < 8u; j++) {{\n        let n = n0 + j;\n        if (n >= p.N) {{ return; }}\n        c[m * p.N + n] = p.alpha * v[j];\n    }}\n}}\n");
+            let rename = |t: &str| t.replace("load_b4", &format!("load_b4_{j}")).replace("store_row", &format!("store_row_{j}")).replace("c[m", &format!("c{j}[m"));
+            s += &rename(&fns);
+            branches += &format!("    if (j == {j}u) {{\n{}    }}\n", rename(&body));
+        }
+        s += &format!(
+            "@compute @workgroup_size({wx} * {wy})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {{\n    let blocks = (p.N + {bw}u - 1u) / {bw}u;\n    let j = wid.x / blocks;\n    let gid = vec2<u32>((wid.x % blocks) * {wx}u + li % {wx}u, wid.y * {wy}u + li / {wx}u);\n    let m0 = gid.y * {rows}u;\n    let n0 = gid.x * 8u;\n    if (m0 >= p.M || n0 >= p.N) {{ return; }}\n{}{branches}}}\n",
+            acc_decl(rows),
+            bw = 8 * wx
+        );
+        s
+    });
+    let p = Params { m: m as u32, n: n as u32, k: k as u32, ldb: k as u32, alpha: 1.0, ..Params::default() };
+    let mut bindings: Vec<&Tensor> = vec![x];
+    bindings.extend(pairs.iter().map(|(a, _)| *a));
+    bindings.extend(pairs.iter().map(|(_, h)| *h));
+    let (gx, gy, _) = grid(m, n, wx, wy, rows);
+    gpu.dispatch_flops(
+        &pipeline,
+        bytemuck::bytes_of(&p),
+        &bindings,
+        (gx * count as u32, gy, 1),
+        flops(m, n * count, k),
+    );
+}

@@ -223,10 +223,11 @@ pub fn gate_up_swiglu_row(
 }
 
 /// h_j = x·A_jᵀ for each (A_j, h_j) of `pairs`: LoRA's down-products of the projections that
-/// read one input (q, k, v; gate, up). Where x is one row (decoding) and the A_j are f32 of one
-/// shape, one dispatch takes up to three of them, each h_j bit-identical to its own product's
-/// (the subgroup kernel's where the device chose it, else the register-blocked kernel's);
-/// otherwise each is its own [`matmul_nt`].
+/// read one input (q, k, v; gate, up). Where the A_j are f32 of one shape, one dispatch takes up
+/// to three of them, each h_j bit-identical to its own product's: for one row (decoding) the
+/// subgroup kernel's where the device chose it, else the register-blocked kernel's; for a
+/// training step's rows (rank ≤ 8) the register-blocked thin product's, unless the device
+/// chose split-K for those. Otherwise each is its own [`matmul_nt`].
 pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
     // Rank 0 (or no rows) has nothing to compute: each product's own call returns at once.
     let batched = pairs.len() > 1
@@ -251,6 +252,15 @@ pub fn matmul_nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
         _ if batched && gemv::takes(x.rows()) => {
             for chunk in pairs.chunks(gemv::MANY) {
                 blocked::nt_many(gpu, x, chunk);
+            }
+        }
+        // A training step's rows: where each would be the register-blocked thin product.
+        _ if batched && x.rows() > 8 && pairs[0].0.rows() <= 8 && !split_k(gpu) => {
+            for chunk in pairs.chunks(gemv::MANY) {
+                match chunk {
+                    [(a, h)] => matmul_nt(gpu, x, a, None, h, 1.0, 0.0),
+                    _ => blocked::nt_many_rows(gpu, x, chunk),
+                }
             }
         }
         _ => {

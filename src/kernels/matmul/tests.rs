@@ -450,6 +450,32 @@ gpu_test!(async fn batched_lora_down_products_equal_their_own(gpu) {
     gpu.set_choice(GEMV_CHOICE, None);
 });
 
+// The same for a training step's rows (M from 9 to 300, off every multiple; K off 4 too; r 8,
+// 5 and 3): up to three in a dispatch, each h_j its own thin product bit for bit.
+gpu_test!(async fn batched_lora_down_products_of_many_rows_equal_their_own(gpu) {
+    let mut rng = Rng::new(43);
+    for (m, k, r, count) in [(256, 576, 8, 3usize), (37, 53, 5, 2), (300, 64, 8, 4), (9, 100, 3, 3)] {
+        let x = gpu.upload_f32(&rng.vec(m * k, 1.0), &[m, k], Category::Scratch).unwrap();
+        let a: Vec<Tensor> =
+            (0..count).map(|_| gpu.upload_f32(&rng.vec(r * k, 1.0), &[r, k], Category::Scratch).unwrap()).collect();
+        let zeros = || gpu.zeros(&[m, r], DType::F32, Category::Scratch).unwrap();
+        let (many, own): (Vec<Tensor>, Vec<Tensor>) = (0..count).map(|_| (zeros(), zeros())).unzip();
+        let pairs: Vec<(&Tensor, &Tensor)> = a.iter().zip(&many).collect();
+        gpu.profile_start();
+        matmul_nt_many(gpu, &x, &pairs);
+        let calls = gpu.profile_take().await.unwrap().map_or(0, |p| p.calls());
+        assert_eq!(calls as usize, count.div_ceil(3), "m {m} k {k} r {r}: {calls} dispatches for {count}");
+        for (a, h) in a.iter().zip(&own) {
+            matmul_nt(gpu, &x, a, None, h, 1.0, 0.0);
+        }
+        for (j, (mv, o)) in many.iter().zip(&own).enumerate() {
+            let (mv, o) = (gpu.read_f32(mv).await.unwrap(), gpu.read_f32(o).await.unwrap());
+            assert!(mv.iter().zip(&o).all(|(p, q)| p.to_bits() == q.to_bits()), "m {m} k {k} r {r} h_{j} differs");
+            assert!(o.iter().filter(|&&v| v != 0.0).count() > o.len() / 2);
+        }
+    }
+});
+
 // Decoding's MLP in one dispatch: m = silu(gate) · up equals the two one-row products (with
 // their LoRA terms) and swiglu_forward bit for bit, for each rows kernel and weight dtype it
 // takes, r 0, 8 and 5; where the choice or the shape is not the rows kernel's, nothing is done.
