@@ -16,18 +16,6 @@ pub(crate) fn act(gpu: &Gpu, shape: &[usize]) -> Result<Tensor> {
     Ok(gpu.zeros(shape, DType::F32, Category::Activations)?)
 }
 
-/// y (N, out) = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ; the thin h = x·Aᵀ lives only inside this call.
-pub fn lora_linear_forward(
-    gpu: &Gpu,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<&LoraPair>,
-    s: f32,
-    y: &Tensor,
-) -> Result<()> {
-    lora_linear_forward_keep(gpu, x, lin, lora, s, y, false).map(|_| ())
-}
-
 /// y = x·Wᵀ + b + s·h·Bᵀ + β·y with LoRA's h = x·Aᵀ already computed (decoding computes the h
 /// of the projections that read one input together, [`lora_h_many`]), or y = x·Wᵀ + b + β·y.
 pub fn lora_linear_forward_h(
@@ -79,26 +67,6 @@ pub fn lora_h_alloc(gpu: &Gpu, n: usize, pairs: &[Option<&LoraPair>]) -> Result<
 /// The products (A, h) that compute `hs` ([`lora_h_alloc`] of `pairs`).
 pub fn lora_h_jobs<'a>(pairs: &[Option<&'a LoraPair>], hs: &'a [Option<Tensor>]) -> Vec<(&'a Tensor, &'a Tensor)> {
     pairs.iter().zip(hs).filter_map(|(p, h)| Some((&p.as_ref()?.a, h.as_ref()?))).collect()
-}
-
-/// As [`lora_linear_forward`]; with `keep_h` (MeBP, full) h = x·Aᵀ is returned for the backward.
-pub fn lora_linear_forward_keep(
-    gpu: &Gpu,
-    x: &Tensor,
-    lin: &Linear,
-    lora: Option<&LoraPair>,
-    s: f32,
-    y: &Tensor,
-    keep_h: bool,
-) -> Result<Option<Tensor>> {
-    let Some(l) = lora else {
-        lora_linear_forward_h(gpu, x, lin, None, s, y, 0.0);
-        return Ok(None);
-    };
-    let h = act(gpu, &[x.rows(), l.a.rows()])?; // h: (N, r)
-    matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
-    lora_linear_forward_h(gpu, x, lin, Some((l, &h)), s, y, 0.0);
-    Ok(keep_h.then_some(h))
 }
 
 /// dx (N, in) = beta·dx + dy·W + s·(dy·B)·A, and (accumulated, +=) dB += s·dyᵀ·h, dA += s·gᵀ·x
@@ -194,8 +162,9 @@ impl<'a> SharedH<'a> {
         Ok(mine)
     }
 
-    /// [`lora_linear_forward_keep`] with h from [`SharedH::h`]: y = x·Wᵀ + b + s·h·Bᵀ, and h
-    /// back when `keep_h`.
+    /// The LoRA linear layer's forward with h from [`SharedH::h`]: y = x·Wᵀ + b + s·h·Bᵀ, and
+    /// h back when `keep_h` (MeBP and full keep it for the backward; MeSP's recompute hands it
+    /// to the backward).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
