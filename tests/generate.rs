@@ -191,6 +191,41 @@ async fn logits_match_training_loss(f: Fixture) {
     assert!(e <= 1e-5, "{}: {nll} vs training loss {loss}: relative difference {e:.3e}", f.name);
 }
 
+/// The tiny model's output table (SmolLM2's 49,152-token vocabulary) comes in six chunks, each
+/// product writing into its slice of the logits: −log_softmax at targets in the first, a middle
+/// and the last chunk equals the training loss (whose chunked cross-entropy never goes through
+/// those logits).
+async fn chunked_table_logits_match_training_loss() {
+    use webtune::formats::checkpoint::Checkpoint;
+    let gpu = webtune::kernels::testutil::shared_test_gpu().await;
+    let ckpt = Checkpoint::from_files(common::tiny_model_files(3)).expect("the tiny model opens");
+    let model = Model::load(&gpu, &ckpt).expect("loads");
+    let lora = Lora::from_adapter(
+        &gpu,
+        &model.cfg,
+        &webtune::formats::peft::Adapter::new_init(&model.cfg, 4, 8.0, &[webtune::base::names::Proj::Q], 1),
+    )
+    .expect("an adapter whose B is zero");
+    let prompt: Vec<u32> = vec![1, 504, 17_000, 33, 9];
+    let logits = logits_last(&gpu, &model, None, &prompt).await.expect("logits_last");
+    let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = m + logits.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+    for target in [5usize, 8192 * 3 + 77, common::VOCAB - 1] {
+        let nll = lse - logits[target] as f64;
+        let mut ids = prompt.clone();
+        ids.push(target as u32);
+        let mut labels = vec![-100i64; ids.len()];
+        labels[ids.len() - 1] = target as i64;
+        let json = serde_json::json!({ "input_ids": [ids], "labels": [labels] }).to_string();
+        let batch = Batch::from_json(&json, model.cfg.vocab).expect("batch");
+        let input = model.prepare(&gpu, &batch).expect("prepare");
+        let loss = model.loss_and_grads(&gpu, &lora, None, &input).await.expect("loss") as f64;
+        let e = ((nll - loss) / loss).abs();
+        assert!(e <= 1e-5, "target {target}: {nll} from the logits vs training loss {loss} ({e:.3e})");
+    }
+}
+
+both!(tiny_model_chunked_table_logits_match_training_loss, chunked_table_logits_match_training_loss());
 both!(qwen2_tiny_cached_matches_uncached, cached_matches_uncached(qwen2_tiny()));
 both!(llama_tiny_cached_matches_uncached, cached_matches_uncached(llama_tiny()));
 both!(llama_bias_cached_matches_uncached, cached_matches_uncached(llama_bias()));
