@@ -4,6 +4,9 @@
 use super::{Allocation, Category, DType, Gpu, GpuError, Tensor};
 use crate::platform;
 
+/// The most bytes one readback of [`Gpu::read_f32_many`] spans.
+pub const READ_SPAN: u64 = 8 << 20;
+
 impl Gpu {
     /// Read a tensor's raw bytes back (flushes pending work first).
     pub async fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>, GpuError> {
@@ -46,27 +49,42 @@ impl Gpu {
 
     /// Read f32 tensors back, each as [`Gpu::read_f32`] would, with one readback per buffer
     /// they share (a [`crate::model::lora::LoraSet`]'s hundreds of slices: a few readbacks, not
-    /// one each).
+    /// one each), or per [`READ_SPAN`] of it, so the host (in a browser: wasm memory, which
+    /// never shrinks) holds at most that much more than the values returned.
     pub async fn read_f32_many(&self, ts: &[&Tensor]) -> Result<Vec<Vec<f32>>, GpuError> {
+        self.read_f32_many_within(ts, READ_SPAN).await
+    }
+
+    /// [`Gpu::read_f32_many`] with readbacks of at most `span` bytes (but whole tensors).
+    pub async fn read_f32_many_within(&self, ts: &[&Tensor], span: u64) -> Result<Vec<Vec<f32>>, GpuError> {
         let mut out: Vec<Option<Vec<f32>>> = vec![None; ts.len()];
-        for i in 0..ts.len() {
-            if out[i].is_some() {
-                continue;
+        // Tensors by buffer, then by offset; runs of them within `span` share a readback.
+        let mut order: Vec<usize> = (0..ts.len()).collect();
+        order.sort_by_key(|&j| (std::sync::Arc::as_ptr(&ts[j].buf) as usize, ts[j].offset));
+        let mut i = 0;
+        while i < order.len() {
+            let first = ts[order[i]];
+            let lo = first.offset;
+            let mut end = i + 1;
+            while end < order.len() {
+                let t = ts[order[end]];
+                if !std::sync::Arc::ptr_eq(&t.buf, &first.buf) || t.offset + t.len - lo > span {
+                    break;
+                }
+                end += 1;
             }
-            let same: Vec<usize> =
-                (i..ts.len()).filter(|&j| out[j].is_none() && std::sync::Arc::ptr_eq(&ts[j].buf, &ts[i].buf)).collect();
-            let lo = same.iter().map(|&j| ts[j].offset).min().unwrap_or(0);
-            let hi = same.iter().map(|&j| ts[j].offset + ts[j].len).max().unwrap_or(0);
-            let mut range = ts[i].clone();
+            let hi = order[i..end].iter().map(|&j| ts[j].offset + ts[j].len).max().unwrap_or(lo);
+            let mut range = first.clone();
             (range.offset, range.len, range.shape) = (lo, hi - lo, vec![((hi - lo) / 4) as usize]);
             let bytes = self.read_bytes(&range).await?;
-            for j in same {
+            for &j in &order[i..end] {
                 let t = ts[j];
                 let at = (t.offset - lo) as usize;
                 let mut v: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes[at..at + t.len as usize]);
                 v.truncate(t.numel());
                 out[j] = Some(v);
             }
+            i = end;
         }
         Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }

@@ -85,3 +85,39 @@ gpu_test!(async fn gpu_profile_counts_host_work(gpu) {
     assert!(p.table(1.0).contains("weights: convert"), "{}", p.table(1.0));
     assert!(!gpu.profiling());
 });
+
+// Slices of one buffer (and a tensor of its own) read back together, in one readback or in
+// spans of a few tensors, equal their reads one by one; a slice bound to a kernel writes only
+// its own range.
+gpu_test!(async fn slices_read_back_together_and_bind_as_their_range(gpu) {
+    let align = gpu.storage_alignment().max(256);
+    let n = (4 * align / 4) as usize; // four aligned pieces of `align` bytes
+    let host: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let whole = gpu.upload_f32(&host, &[n], Category::Scratch).unwrap();
+    let piece = (align / 4) as usize;
+    let slices: Vec<Tensor> =
+        (0..4).map(|k| whole.slice(k as u64 * align, 4 * (piece - k) as u64, &[piece - k], DType::F32)).collect();
+    let alone = gpu.upload_f32(&[7.0, 8.0, 9.0], &[3], Category::Scratch).unwrap();
+    let mut ts: Vec<&Tensor> = slices.iter().rev().collect();
+    ts.insert(2, &alone);
+    let mut one_by_one = Vec::new();
+    for t in &ts {
+        one_by_one.push(gpu.read_f32(t).await.unwrap());
+    }
+    assert_eq!(one_by_one[2], vec![7.0, 8.0, 9.0]);
+    assert_eq!(one_by_one[0], host[3 * piece..3 * piece + piece - 3].to_vec());
+    for span in [u64::MAX, 2 * align, 4] {
+        assert_eq!(gpu.read_f32_many_within(&ts, span).await.unwrap(), one_by_one, "span {span}");
+    }
+    // y = 2·x + 1 into slice 2 from a buffer of its own (WebGPU forbids one buffer as both
+    // read-only and read-write storage in one dispatch, whatever the ranges): only slice 2's
+    // range changes.
+    let x: Vec<f32> = (0..piece - 2).map(|i| i as f32).collect();
+    let tx = gpu.upload_f32(&x, &[piece - 2], Category::Scratch).unwrap();
+    double_plus_one(gpu, &tx, &slices[2]);
+    let after = gpu.read_f32(&whole).await.unwrap();
+    for (i, (a, h)) in after.iter().zip(&host).enumerate() {
+        let want = if (2 * piece..3 * piece - 2).contains(&i) { 2.0 * x[i - 2 * piece] + 1.0 } else { *h };
+        assert_eq!(*a, want, "element {i}");
+    }
+});
