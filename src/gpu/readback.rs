@@ -48,7 +48,7 @@ impl Gpu {
     }
 
     /// Read f32 tensors back, each as [`Gpu::read_f32`] would, with one readback per buffer
-    /// they share (a [`crate::model::lora::LoraSet`]'s hundreds of slices: a few readbacks, not
+    /// they share (a LoRA set's hundreds of slices of a few buffers: a few readbacks, not
     /// one each), or per [`READ_SPAN`] of it, so the host (in a browser: wasm memory, which
     /// never shrinks) holds at most that much more than the values returned.
     pub async fn read_f32_many(&self, ts: &[&Tensor]) -> Result<Vec<Vec<f32>>, GpuError> {

@@ -442,6 +442,56 @@ fn grid(m: usize, n: usize, wx: usize, wy: usize, rows: usize) -> (u32, u32, u32
     (n.div_ceil(8 * wx) as u32, m.div_ceil(rows * wy) as u32, 1)
 }
 
+/// The WGSL of a batched thin `nt` (h_j = x·A_jᵀ for `count` pairs, f32): x at binding 1, the
+/// A_j after it, then the h_j; `head` opens `main` and sets j (the pair), m0 and n0, and each
+/// pair's branch is [`nt`]'s own loop and store for `rows` rows, with its own A_j and h_j (so
+/// each h_j equals its own product's bit for bit).
+fn many_source(count: usize, vec: bool, rows: usize, head: &str) -> String {
+    let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", vec);
+    let mut s = format!(
+        "// h_j (M, N) = x (M, K) · A_jᵀ for each j: the register-blocked loop, A_j and h_j by workgroup.\n{}@group(0) @binding(0) var<uniform> p: Params;\n",
+        super::gemv::PARAMS
+    );
+    s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (M, K)\n{la}");
+    let mut branches = String::new();
+    for j in 0..count {
+        let (lb, be) = load4_f32("load_b4", &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
+        s += &format!("@group(0) @binding({}) var<storage, read> b{j}: array<{be}>;   // A_{j}: (N, K)\n", 2 + j);
+        s += &format!(
+            "@group(0) @binding({}) var<storage, read_write> c{j}: array<f32>;   // h_{j}: (M, N)\n",
+            2 + count + j
+        );
+        let body = loop_nt(DType::F32, rows, &own_a_rows(rows)) + &store_rows(rows);
+        let fns = format!("{lb}fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{\n    if (m >= p.M) {{ return; }}\n    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);\n    for (var j = 0u; j < 8u; j++) {{\n        let n = n0 + j;\n        if (n >= p.N) {{ return; }}\n        c[m * p.N + n] = p.alpha * v[j];\n    }}\n}}\n");
+        let rename = |t: &str| {
+            t.replace("load_b4", &format!("load_b4_{j}"))
+                .replace("store_row", &format!("store_row_{j}"))
+                .replace("c[m", &format!("c{j}[m"))
+        };
+        s += &rename(&fns);
+        branches += &format!("    if (j == {j}u) {{\n{}    }}\n", rename(&body));
+    }
+    s + head + &acc_decl(rows) + &branches + "}\n"
+}
+
+/// Dispatch a batched thin `nt` ([`many_source`]) over `groups` workgroups.
+fn many_dispatch(
+    gpu: &Gpu,
+    key: &str,
+    source: impl FnOnce() -> String,
+    x: &Tensor,
+    pairs: &[(&Tensor, &Tensor)],
+    groups: (u32, u32, u32),
+) {
+    let (m, k, n) = (x.rows(), x.cols(), pairs[0].0.rows());
+    let pipeline = gpu.pipeline(key, source);
+    let p = Params { m: m as u32, n: n as u32, k: k as u32, ldb: k as u32, alpha: 1.0, ..Params::default() };
+    let mut bindings: Vec<&Tensor> = vec![x];
+    bindings.extend(pairs.iter().map(|(a, _)| *a));
+    bindings.extend(pairs.iter().map(|(_, h)| *h));
+    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bindings, groups, flops(m, n * pairs.len(), k));
+}
+
 /// h_j (1, N) = x (1, K) · A_jᵀ for every (A_j, h_j) of `pairs` (up to [`super::gemv::MANY`],
 /// A_j f32 of one shape): the LoRA down-products of the projections that read one input (q, k,
 /// v; gate, up) in one dispatch, as decoding runs them. A workgroup of one invocation per
@@ -450,41 +500,11 @@ fn grid(m: usize, n: usize, wx: usize, wy: usize, rows: usize) -> (u32, u32, u32
 /// threads. Decoding's h products are small: their dispatches, not their arithmetic, cost
 /// (210 a token for SmolLM2 with LoRA on all seven projections).
 pub(super) fn nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
-    let (k, n) = (x.cols(), pairs[0].0.rows());
+    let (k, n, count) = (x.cols(), pairs[0].0.rows(), pairs.len());
     let vec = k % 4 == 0;
-    let count = pairs.len();
+    let head = "@compute @workgroup_size(1)\nfn main(@builtin(workgroup_id) wid: vec3<u32>) {\n    let blocks = (p.N + 7u) / 8u;\n    let j = wid.x / blocks;\n    let n0 = (wid.x % blocks) * 8u;\n    let m0 = 0u;\n";
     let key = format!("matmul_nt/blocked_many/{count}/{vec}");
-    let pipeline = gpu.pipeline(&key, || {
-        let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", vec);
-        let mut s = format!(
-            "// h_j (1, N) = x (1, K) · A_jᵀ for each j: one invocation per 8 outputs of one h_j, the register-blocked loop.\n{}@group(0) @binding(0) var<uniform> p: Params;\n",
-            super::gemv::PARAMS
-        );
-        s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (1, K)\n{la}");
-        let mut branches = String::new();
-        for j in 0..count {
-            let (lb, be) = load4_f32("load_b4", &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
-            s += &format!("@group(0) @binding({}) var<storage, read> b{j}: array<{be}>;   // A_{j}: (N, K)\n", 2 + j);
-            s += &format!("@group(0) @binding({}) var<storage, read_write> c{j}: array<f32>;   // h_{j}: (1, N)\n", 2 + count + j);
-            // Each branch is `nt`'s loop and store for one row, with its own A_j and h_j.
-            let body = loop_nt(DType::F32, 1, &own_a_rows(1)) + &store_rows(1);
-            let fns = format!("{lb}fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{\n    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);\n    for (var j = 0u; j < 8u; j++) {{\n        let n = n0 + j;\n        if (n >= p.N) {{ return; }}\n        c[n] = p.alpha * v[j];\n    }}\n}}\n");
-            let rename = |t: &str| t.replace("load_b4", &format!("load_b4_{j}")).replace("store_row", &format!("store_row_{j}")).replace("c[n]", &format!("c{j}[n]"));
-            s += &rename(&fns);
-            branches += &format!("    if (j == {j}u) {{\n{}    }}\n", rename(&body));
-        }
-        s += &format!(
-            "@compute @workgroup_size(1)\nfn main(@builtin(workgroup_id) wid: vec3<u32>) {{\n    let blocks = (p.N + 7u) / 8u;\n    let j = wid.x / blocks;\n    let n0 = (wid.x % blocks) * 8u;\n    let m0 = 0u;\n{}{branches}}}\n",
-            acc_decl(1)
-        );
-        s
-    });
-    let p = Params { m: 1, n: n as u32, k: k as u32, ldb: k as u32, alpha: 1.0, ..Params::default() };
-    let mut bindings: Vec<&Tensor> = vec![x];
-    bindings.extend(pairs.iter().map(|(a, _)| *a));
-    bindings.extend(pairs.iter().map(|(_, h)| *h));
-    let workgroups = ((count * n.div_ceil(8)) as u32, 1, 1);
-    gpu.dispatch_flops(&pipeline, bytemuck::bytes_of(&p), &bindings, workgroups, flops(1, n * count, k));
+    many_dispatch(gpu, &key, || many_source(count, vec, 1, head), x, pairs, ((count * n.div_ceil(8)) as u32, 1, 1));
 }
 
 /// h_j (M, N) = x (M, K) · A_jᵀ for every (A_j, h_j) of `pairs` (up to [`super::gemv::MANY`],
@@ -494,48 +514,16 @@ pub(super) fn nt_many(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
 /// workgroups of 8 invocations along M, the same 8-row blocks and loop, with its own A_j and h_j
 /// chosen by the workgroup.
 pub(super) fn nt_many_rows(gpu: &Gpu, x: &Tensor, pairs: &[(&Tensor, &Tensor)]) {
-    let (m, k, n) = (x.rows(), x.cols(), pairs[0].0.rows());
+    let (m, k, n, count) = (x.rows(), x.cols(), pairs[0].0.rows(), pairs.len());
     debug_assert!(n <= 8 && m > 8, "nt_many_rows: {m}×{n}");
     let vec = k % 4 == 0;
-    let count = pairs.len();
     let (wx, wy) = lanes(m, n);
     let rows = block_rows(m, 8);
-    let key = format!("matmul_nt/blocked_many_rows{wx}x{wy}r{rows}/{count}/{vec}");
-    let pipeline = gpu.pipeline(&key, || {
-        let (la, ae) = load4_f32("load_a4", "a", "p.M", "p.K", "p.K", vec);
-        let mut s = format!(
-            "// h_j (M, N) = x (M, K) · A_jᵀ for each j: the register-blocked thin product, A_j and h_j by workgroup.\n{}@group(0) @binding(0) var<uniform> p: Params;\n",
-            super::gemv::PARAMS
-        );
-        s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (M, K)\n{la}");
-        let mut branches = String::new();
-        for j in 0..count {
-            let (lb, be) = load4_f32("load_b4", &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
-            s += &format!("@group(0) @binding({}) var<storage, read> b{j}: array<{be}>;   // A_{j}: (N, K)\n", 2 + j);
-            s += &format!("@group(0) @binding({}) var<storage, read_write> c{j}: array<f32>;   // h_{j}: (M, N)\n", 2 + count + j);
-            let body = loop_nt(DType::F32, rows, &own_a_rows(rows)) + &store_rows(rows);
-            let fns = format!("{lb}fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{\n    if (m >= p.M) {{ return; }}\n    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);\n    for (var j = 0u; j < 8u; j++) {{\n        let n = n0 + j;\n        if (n >= p.N) {{ return; }}\n        c[m * p.N + n] = p.alpha * v[j];\n    }}\n}}\n");
-            let rename = |t: &str| t.replace("load_b4", &format!("load_b4_{j}")).replace("store_row", &format!("store_row_{j}")).replace("c[m", &format!("c{j}[m"));
-            s += &rename(&fns);
-            branches += &format!("    if (j == {j}u) {{\n{}    }}\n", rename(&body));
-        }
-        s += &format!(
-            "@compute @workgroup_size({wx} * {wy})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {{\n    let blocks = (p.N + {bw}u - 1u) / {bw}u;\n    let j = wid.x / blocks;\n    let gid = vec2<u32>((wid.x % blocks) * {wx}u + li % {wx}u, wid.y * {wy}u + li / {wx}u);\n    let m0 = gid.y * {rows}u;\n    let n0 = gid.x * 8u;\n    if (m0 >= p.M || n0 >= p.N) {{ return; }}\n{}{branches}}}\n",
-            acc_decl(rows),
-            bw = 8 * wx
-        );
-        s
-    });
-    let p = Params { m: m as u32, n: n as u32, k: k as u32, ldb: k as u32, alpha: 1.0, ..Params::default() };
-    let mut bindings: Vec<&Tensor> = vec![x];
-    bindings.extend(pairs.iter().map(|(a, _)| *a));
-    bindings.extend(pairs.iter().map(|(_, h)| *h));
-    let (gx, gy, _) = grid(m, n, wx, wy, rows);
-    gpu.dispatch_flops(
-        &pipeline,
-        bytemuck::bytes_of(&p),
-        &bindings,
-        (gx * count as u32, gy, 1),
-        flops(m, n * count, k),
+    let head = format!(
+        "@compute @workgroup_size({wx} * {wy})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {{\n    let blocks = (p.N + {bw}u - 1u) / {bw}u;\n    let j = wid.x / blocks;\n    let gid = vec2<u32>((wid.x % blocks) * {wx}u + li % {wx}u, wid.y * {wy}u + li / {wx}u);\n    let m0 = gid.y * {rows}u;\n    let n0 = gid.x * 8u;\n    if (m0 >= p.M || n0 >= p.N) {{ return; }}\n",
+        bw = 8 * wx
     );
+    let key = format!("matmul_nt/blocked_many_rows{wx}x{wy}r{rows}/{count}/{vec}");
+    let (gx, gy, _) = grid(m, n, wx, wy, rows);
+    many_dispatch(gpu, &key, || many_source(count, vec, rows, &head), x, pairs, (gx * count as u32, gy, 1));
 }
