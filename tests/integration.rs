@@ -12,6 +12,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "bench_cli.rs"]
+mod bench_cli;
 #[path = "chunk_store.rs"]
 mod chunk_store;
 #[path = "fuzz_corpus.rs"]

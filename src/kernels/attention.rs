@@ -16,7 +16,7 @@
 
 use crate::gpu::Kernel;
 use crate::gpu::{groups, Category, DType, Gpu, GpuError, Tensor};
-use crate::kernels::render;
+use crate::kernels::{render, sections};
 use std::sync::Arc;
 
 const FWD: &str = include_str!("attention_fwd.wgsl");
@@ -178,30 +178,11 @@ fn pipeline(gpu: &Gpu, name: &str, src: &'static str, d: usize, rows: usize, wg:
     })
 }
 
-/// The untiled or the tiled kernel of a template, its shared parts put in ([`sections`]).
+/// The untiled or the tiled kernel of a template (its `//#tiled` or `//#untiled` sections,
+/// [`sections`]), its shared parts put in.
 fn kernel_of(src: &str, tiled: bool) -> String {
-    sections(&render(src, &[("ROWS", ROWS.into()), ("KEYS", KEYS.into())]), tiled)
-}
-
-/// Keep the lines of one kernel of a template: those between a line `//#tiled` and the next
-/// `//#untiled` or `//#end` only when `tiled`, those between `//#untiled` and the next `//#tiled`
-/// or `//#end` only when not; lines outside such sections always (the marker lines never).
-fn sections(src: &str, tiled: bool) -> String {
-    let mut keep = true;
-    let mut out = String::with_capacity(src.len());
-    for line in src.lines() {
-        match line.trim() {
-            "//#tiled" => keep = tiled,
-            "//#untiled" => keep = !tiled,
-            "//#end" => keep = true,
-            _ if keep => {
-                out.push_str(line);
-                out.push('\n');
-            }
-            _ => {}
-        }
-    }
-    out
+    let on = if tiled { "tiled" } else { "untiled" };
+    sections(&render(src, &[("ROWS", ROWS.into()), ("KEYS", KEYS.into())]), &[on])
 }
 
 /// Expand every loop written `for (var x = 0u; x < Ku; x++) { // unroll` (K a literal) into K

@@ -251,8 +251,8 @@ gpu_test!(async fn attention_unroll_expands_nested_loops(gpu) {
 gpu_test!(async fn attention_templates_make_an_untiled_and_a_tiled_kernel(gpu) {
     let _ = gpu;
     let src = "a\n//#untiled\nu\n//#tiled\nt\n//#end\nb\n  //#tiled\nt2\n  //#end\nc\n";
-    assert_eq!(sections(src, false), "a\nu\nb\nc\n");
-    assert_eq!(sections(src, true), "a\nt\nb\nt2\nc\n");
+    assert_eq!(sections(src, &["untiled"]), "a\nu\nb\nc\n");
+    assert_eq!(sections(src, &["tiled"]), "a\nt\nb\nt2\nc\n");
     // The untiled kernels read storage only and never wait on a barrier; the tiled ones read
     // their streamed rows from workgroup memory. No marker or placeholder is left in either.
     for src in [FWD, BWD_DQ, BWD_DKDV] {

@@ -36,6 +36,26 @@ pub fn render(src: &str, vars: &[(&str, String)]) -> String {
     s
 }
 
+/// Keep the lines of one kernel of a template: a line `//#NAME` starts a section, which lasts
+/// to the next such line or `//#end` and is kept only when NAME is one of `on`; lines outside
+/// sections are always kept, the marker lines never.
+pub fn sections(src: &str, on: &[&str]) -> String {
+    let mut keep = true;
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        match line.trim().strip_prefix("//#") {
+            Some("end") => keep = true,
+            Some(name) if !name.is_empty() && !name.contains(' ') => keep = on.contains(&name),
+            _ if keep => {
+                out.push_str(line);
+                out.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// WGSL helpers shared by kernels that read packed 16-bit weights.
 /// `unpack2` turns one u32 holding two 16-bit values (element 2i in the low half) into f32.
 pub fn unpack_fns(dtype: crate::base::dtype::DType) -> &'static str {

@@ -6,13 +6,14 @@
 //! - [`rope_forward`]: rotation by +angle; [`rope_backward`]: by −angle (the transpose), which
 //!   turns dy into dx. Nothing is saved: the table is all backward needs.
 //! - [`rope_forward_at`]: generation (batch 1, KV cache): row r is at position pos0 + r.
+//! - [`rope_qk_forward`], [`rope_qk_backward`]: q and k (dq and dk) in one dispatch.
 //! - [`rope_into_cache`]: generation's new q, k and v rows in one dispatch: q rotated in place,
 //!   k rotated into the key cache, v copied into the value cache.
 //!
 //! One invocation handles 4 pairs of one (row, head), as vec4 when D/2 % 4 == 0.
 
 use crate::gpu::{Category, DType, Gpu, GpuError, Tensor};
-use crate::kernels::render;
+use crate::kernels::{render, sections};
 
 const SRC: &str = include_str!("rope.wgsl");
 const CACHE_SRC: &str = include_str!("rope_cache.wgsl");
@@ -35,7 +36,9 @@ struct Params {
     groups: u32,
     sign: f32,
     pos0: u32,
-    _p1: u32,
+    total2: u32,
+    heads2: u32,
+    _p: [u32; 3],
 }
 
 /// Host values of the table, `(cos, sin)`, each (seq, D/2) row-major, computed like
@@ -87,51 +90,78 @@ pub fn rope_table(gpu: &Gpu, seq: usize, head_dim: usize, theta: f64) -> Result<
     })
 }
 
-fn rope(gpu: &Gpu, op: &str, x: &Tensor, heads: usize, table: &RopeTable, sign: f32, pos0: usize) {
-    let (rows, d) = (x.rows(), table.head_dim);
-    assert!(
-        x.dtype == DType::F32
-            && x.cols() == heads * d
-            && (rows + pos0 <= table.seq || (pos0 == 0 && rows % table.seq == 0))
-            && table.cos.numel() == table.seq * (d / 2)
-            && table.sin.numel() == table.seq * (d / 2),
-        "{op}: x {:?} {:?}, heads {heads}, table seq {} head_dim {} (want f32 x (rows, heads·D) with \
-         rows ≤ seq or a multiple of seq; pos0 {pos0} + rows ≤ seq with an offset)",
-        x.shape,
-        x.dtype,
-        table.seq,
-        table.head_dim
-    );
+/// Rotate each (x, heads) of `xs` (one, or two of the same rows: q and k) in one dispatch.
+fn rope(gpu: &Gpu, op: &str, xs: &[(&Tensor, usize)], table: &RopeTable, sign: f32, pos0: usize) {
+    let (rows, d) = (xs[0].0.rows(), table.head_dim);
+    for &(x, heads) in xs {
+        assert!(
+            x.dtype == DType::F32
+                && x.rows() == rows
+                && x.cols() == heads * d
+                && (rows + pos0 <= table.seq || (pos0 == 0 && rows % table.seq == 0))
+                && table.cos.numel() == table.seq * (d / 2)
+                && table.sin.numel() == table.seq * (d / 2),
+            "{op}: x {:?} {:?}, heads {heads}, table seq {} head_dim {} (want f32 x ({rows} rows, heads·D) with \
+             rows ≤ seq or a multiple of seq; pos0 {pos0} + rows ≤ seq with an offset)",
+            x.shape,
+            x.dtype,
+            table.seq,
+            table.head_dim
+        );
+    }
+    assert!(matches!(xs.len(), 1 | 2), "{op}: {} tensors (one or two)", xs.len());
     let half = d / 2;
     let groups = half.div_ceil(4);
-    let total = rows * heads * groups;
-    if total == 0 {
+    let total = |heads: usize| rows * heads * groups;
+    let pair = xs.len() == 2;
+    let (total1, total2) = (total(xs[0].1), if pair { total(xs[1].1) } else { 0 });
+    if total1 + total2 == 0 {
         return;
     }
     let (ty, w) = if half % 4 == 0 { ("vec4<f32>", 4) } else { ("f32", 1) };
-    let pipeline = gpu.pipeline(&format!("rope/{ty}"), || render(SRC, &[("T", ty.into()), ("W", w.to_string())]));
+    let key = format!("rope/{ty}{}", if pair { "/pair" } else { "" });
+    let pipeline = gpu.pipeline(&key, || {
+        sections(&render(SRC, &[("T", ty.into()), ("W", w.to_string())]), if pair { &["pair"] } else { &[] })
+    });
     let p = Params {
-        total: total as u32,
-        heads: heads as u32,
+        total: total1 as u32,
+        heads: xs[0].1 as u32,
         half: half as u32,
         seq: table.seq as u32,
         groups: groups as u32,
         sign,
         pos0: pos0 as u32,
-        _p1: 0,
+        total2: total2 as u32,
+        heads2: if pair { xs[1].1 as u32 } else { 0 },
+        _p: [0; 3],
     };
-    gpu.dispatch(&pipeline, bytemuck::bytes_of(&p), &[x, &table.cos, &table.sin], (total.div_ceil(64) as u32, 1, 1));
+    let mut bindings = vec![xs[0].0, &table.cos, &table.sin];
+    if pair {
+        bindings.push(xs[1].0);
+    }
+    gpu.dispatch(
+        &pipeline,
+        bytemuck::bytes_of(&p),
+        &bindings,
+        crate::gpu::groups((total1 + total2).div_ceil(64) as u32),
+    );
 }
 
 /// In place: x (rows, heads·D) rotated by +angle at position row % seq.
 pub fn rope_forward(gpu: &Gpu, x: &Tensor, heads: usize, table: &RopeTable) {
-    rope(gpu, "rope_forward", x, heads, table, 1.0, 0);
+    rope(gpu, "rope_forward", &[(x, heads)], table, 1.0, 0);
+}
+
+/// In place, in one dispatch: q (rows, heads·D) and k (rows, kv_heads·D) rotated by +angle, as
+/// [`rope_forward`] rotates each.
+pub fn rope_qk_forward(gpu: &Gpu, q: &Tensor, k: &Tensor, heads: usize, kv_heads: usize, table: &RopeTable) {
+    rope(gpu, "rope_qk_forward", &[(q, heads), (k, kv_heads)], table, 1.0, 0);
 }
 
 /// In place: x (n, heads·D) of one sequence, row r rotated by +angle at position pos0 + r
 /// (pos0 + n ≤ table.seq). Generation uses it for the n new tokens after pos0 cached ones.
 pub fn rope_forward_at(gpu: &Gpu, x: &Tensor, heads: usize, table: &RopeTable, pos0: usize) {
-    rope(gpu, "rope_forward_at", x, heads, table, 1.0, pos0);
+    rope(gpu, "rope_forward_at", &[(x, heads)], table, 1.0, pos0);
 }
 
 #[repr(C)]
@@ -206,7 +236,12 @@ pub fn rope_into_cache(
 
 /// In place: dy (rows, heads·D) becomes dx, the rotation by −angle (the transpose of forward's).
 pub fn rope_backward(gpu: &Gpu, dx: &Tensor, heads: usize, table: &RopeTable) {
-    rope(gpu, "rope_backward", dx, heads, table, -1.0, 0);
+    rope(gpu, "rope_backward", &[(dx, heads)], table, -1.0, 0);
+}
+
+/// In place, in one dispatch: dq and dk become their dx, as [`rope_backward`] turns each.
+pub fn rope_qk_backward(gpu: &Gpu, dq: &Tensor, dk: &Tensor, heads: usize, kv_heads: usize, table: &RopeTable) {
+    rope(gpu, "rope_qk_backward", &[(dq, heads), (dk, kv_heads)], table, -1.0, 0);
 }
 
 /// f64 reference.
@@ -311,6 +346,44 @@ mod tests {
 
             rope_backward(gpu, &tx, heads, &table);
             assert_close(&format!("rope round trip {what}"), &gpu.read_f32(&tx).await.unwrap(), &f64s(&x), 1e-6, 1e-5);
+        }
+    });
+
+    // q and k (dq and dk) in one dispatch: each equals its own rotation bit for bit, at every
+    // case's shape with k's heads fewer than q's (GQA) and more.
+    gpu_test!(async fn rope_of_q_and_k_in_one_dispatch_equals_each_alone(gpu) {
+        for (seq, rows, heads, d) in CASES {
+            for kv_heads in [1, heads + 2] {
+                let mut rng = Rng::new((seq * 1000 + rows * 10 + d + kv_heads) as u64);
+                let table = rope_table(gpu, seq, d, 10_000.0).unwrap();
+                let q = rng.vec(rows * heads * d, 1.0);
+                let k = rng.vec(rows * kv_heads * d, 1.0);
+                let up = |v: &[f32], h: usize| gpu.upload_f32(v, &[rows, h * d], Category::Activations).unwrap();
+                let what = format!("seq {seq} rows {rows} heads {heads}/{kv_heads} D {d}");
+                for forward in [true, false] {
+                    let (tq, tk, oq, ok) = (up(&q, heads), up(&k, kv_heads), up(&q, heads), up(&k, kv_heads));
+                    gpu.profile_start();
+                    if forward {
+                        rope_qk_forward(gpu, &tq, &tk, heads, kv_heads, &table);
+                    } else {
+                        rope_qk_backward(gpu, &tq, &tk, heads, kv_heads, &table);
+                    }
+                    let calls = gpu.profile_take().await.unwrap().map_or(0, |p| p.calls());
+                    assert_eq!(calls, 1, "{what}: {calls} dispatches");
+                    if forward {
+                        rope_forward(gpu, &oq, heads, &table);
+                        rope_forward(gpu, &ok, kv_heads, &table);
+                    } else {
+                        rope_backward(gpu, &oq, heads, &table);
+                        rope_backward(gpu, &ok, kv_heads, &table);
+                    }
+                    for (name, pair, own, x) in [("q", &tq, &oq, &q), ("k", &tk, &ok, &k)] {
+                        let (pair, own) = (gpu.read_f32(pair).await.unwrap(), gpu.read_f32(own).await.unwrap());
+                        assert_eq!(pair, own, "{what} forward {forward}: {name} in the pair");
+                        assert_ne!(&pair, x, "{what}: {name} rotated");
+                    }
+                }
+            }
         }
     });
 

@@ -19,7 +19,7 @@ use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
 use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
-use crate::kernels::rope::{rope_backward, rope_forward, RopeTable};
+use crate::kernels::rope::{rope_qk_backward, rope_qk_forward, RopeTable};
 use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
 use crate::model::lora::LoraPair;
 use crate::model::lora_linear::{act, lora_linear_backward, SharedH};
@@ -168,8 +168,7 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
         lin(&xn1, Proj::K, &k)?;
         lin(&xn1, Proj::V, &v)?;
     }
-    rope_forward(gpu, &q, cfg.heads, ctx.rope);
-    rope_forward(gpu, &k, cfg.kv_heads, ctx.rope);
+    rope_qk_forward(gpu, &q, &k, cfg.heads, cfg.kv_heads, ctx.rope);
     let o = act(gpu, &[n, qd])?;
     {
         let lse = gpu.zeros(&[ctx.attn.batch * cfg.heads * ctx.attn.seq], DType::F32, Category::Activations)?;
@@ -259,8 +258,7 @@ fn attn_half(
     lin(&xn1, Proj::Q, &q)?;
     lin(&xn1, Proj::K, &k)?;
     lin(&xn1, Proj::V, &v)?;
-    rope_forward(gpu, &q, cfg.heads, ctx.rope);
-    rope_forward(gpu, &k, cfg.kv_heads, ctx.rope);
+    rope_qk_forward(gpu, &q, &k, cfg.heads, cfg.kv_heads, ctx.rope);
     let o = act(gpu, &[n, qd])?;
     let lse = gpu.zeros(&[ctx.attn.batch * cfg.heads * ctx.attn.seq], DType::F32, Category::Activations)?;
     attention_forward(gpu, &ctx.attn, &q, &k, &v, ctx.mask, &o, &lse);
@@ -359,8 +357,7 @@ pub fn block_backward(
     let (dq, dk, dv) = (act(gpu, &[n, qd])?, act(gpu, &[n, kvd])?, act(gpu, &[n, kvd])?);
     attention_backward(gpu, &ctx.attn, &q, &k, &v, &o, &d_o, &lse, ctx.mask, &dq, &dk, &dv)?;
     release(vec![q, k, v, o, d_o, lse]);
-    rope_backward(gpu, &dq, cfg.heads, ctx.rope);
-    rope_backward(gpu, &dk, cfg.kv_heads, ctx.rope);
+    rope_qk_backward(gpu, &dq, &dk, cfg.heads, cfg.kv_heads, ctx.rope);
     let dxn1 = act(gpu, &[n, c])?;
     lora_linear_backward(gpu, &dq, &xn1, w.linear(Proj::Q), both(Proj::Q), s, &dxn1, 0.0, hp(Proj::Q))?;
     lora_linear_backward(gpu, &dk, &xn1, w.linear(Proj::K), both(Proj::K), s, &dxn1, 1.0, hp(Proj::K))?;

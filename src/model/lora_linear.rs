@@ -6,7 +6,8 @@ use crate::base::error::Result;
 use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::matmul::{
-    gate_up_swiglu_row, matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_many, matmul_nt_with, matmul_tn, Fused, Variant,
+    gate_up_swiglu_row, matmul_nn, matmul_nn_lora, matmul_nt, matmul_nt_many, matmul_nt_with, matmul_tn_pair, Fused,
+    Variant,
 };
 use crate::model::lora::LoraPair;
 use crate::model::weights::Linear;
@@ -69,6 +70,13 @@ pub fn lora_h_jobs<'a>(pairs: &[Option<&'a LoraPair>], hs: &'a [Option<Tensor>])
     pairs.iter().zip(hs).filter_map(|(p, h)| Some((&p.as_ref()?.a, h.as_ref()?))).collect()
 }
 
+/// h = x·Aᵀ (N, r) of one LoRA pair.
+fn lora_h(gpu: &Gpu, x: &Tensor, l: &LoraPair) -> Result<Tensor> {
+    let h = act(gpu, &[x.rows(), l.a.rows()])?;
+    matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
+    Ok(h)
+}
+
 /// dx (N, in) = beta·dx + dy·W + s·(dy·B)·A, and (accumulated, +=) dB += s·dyᵀ·h, dA += s·gᵀ·x
 /// with g = dy·B and h = x·Aᵀ recomputed here (MeSP: h is never kept from forward) unless
 /// `h_saved` brings it (MeBP, full).
@@ -95,16 +103,16 @@ pub fn lora_linear_backward(
         matmul_nn(gpu, dy, &p.b, &gt, 1.0, 0.0);
         // dx = β·dx + dy·W + s·g·A in one pass over dx.
         matmul_nn_lora(gpu, dy, &lin.w, dx, beta, Fused { left: &gt, right: &p.a, scale: s });
-        matmul_tn(gpu, &gt, x, &g.a, s, 1.0);
-        drop(gt);
-        match h_saved {
-            Some(h) => matmul_tn(gpu, dy, h, &g.b, s, 1.0),
+        let own;
+        let h = match h_saved {
+            Some(h) => h,
             None => {
-                let h = act(gpu, &[n, r])?; // h: (N, r), recomputed
-                matmul_nt(gpu, x, &p.a, None, &h, 1.0, 0.0);
-                matmul_tn(gpu, dy, &h, &g.b, s, 1.0);
+                own = lora_h(gpu, x, p)?; // h: (N, r), recomputed
+                &own
             }
-        }
+        };
+        // dA += s·gᵀ·x and dB += s·dyᵀ·h in one dispatch.
+        matmul_tn_pair(gpu, [(&gt, x, &g.a), (dy, h, &g.b)], s, 1.0);
     }
     Ok(())
 }
@@ -145,10 +153,7 @@ impl<'a> SharedH<'a> {
             _ => &[],
         };
         if group.is_empty() {
-            let l = self.pair(p).expect("checked above");
-            let h = act(gpu, &[x.rows(), l.a.rows()])?;
-            matmul_nt(gpu, x, &l.a, None, &h, 1.0, 0.0);
-            return Ok(Some(h));
+            return lora_h(gpu, x, self.pair(p).expect("checked above")).map(Some);
         }
         let pairs: Vec<Option<&LoraPair>> = group.iter().map(|&g| self.pair(g)).collect();
         let mut mine = None;

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct BenchTrainArgs {
     /// A preset (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, smollm2-135m: random weights at the
-    /// published shape) or a Hugging Face model directory
+    /// published shape), a model's config.json (random weights at its shape) or a Hugging Face
+    /// model directory
     #[arg(long, default_value = "qwen2.5-0.5b")]
     shape: String,
     #[arg(long, default_value_t = 256)]
@@ -67,7 +68,8 @@ pub enum BenchCmd {
 
 #[derive(clap::Args)]
 pub struct DecodeArgs {
-    /// A preset (random weights at the published shape) or a Hugging Face model directory
+    /// A preset (random weights at the published shape), a model's config.json (random weights
+    /// at its shape) or a Hugging Face model directory
     #[arg(long, default_value = "smollm2-135m")]
     shape: String,
     /// Prompt tokens (prefilled at once)
@@ -107,23 +109,34 @@ pub struct KernelsArgs {
     json: Option<PathBuf>,
 }
 
+/// The weights `--shape` names: a model directory's, or random ones at a config.json's shape or a
+/// preset's.
+fn bench_source(shape: &str, seed: u64) -> Result<std::sync::Arc<dyn webtune::model::source::WeightSource>, Fail> {
+    use webtune::base::config::ModelConfig;
+    use webtune::model::source::CheckpointSource;
+    use webtune::model::synthetic::SyntheticSource;
+    let path = std::path::Path::new(shape);
+    if path.is_dir() {
+        let ckpt = webtune::formats::checkpoint::Checkpoint::open_dir(path).map_err(input_err)?;
+        webtune::formats::checkpoint::validate(&ckpt).map_err(input_err)?;
+        return Ok(std::sync::Arc::new(CheckpointSource::new(ckpt)));
+    }
+    let cfg = if path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|e| Fail(2, format!("--shape {shape}: {e}")))?;
+        ModelConfig::from_json(&text).map_err(|e| Fail(2, format!("--shape {shape}: {e}")))?
+    } else {
+        ModelConfig::preset(shape).map_err(|e| Fail(2, format!("--shape: {e}")))?
+    };
+    Ok(std::sync::Arc::new(SyntheticSource::new(cfg, seed)))
+}
+
 pub async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
     use webtune::bench::train::{bench_train, paper_mb, BenchMode, TrainBenchConfig};
-    use webtune::model::source::{CheckpointSource, WeightSource};
-    use webtune::model::synthetic::SyntheticSource;
     let format =
         webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
     let modes = BenchMode::parse_list(&a.modes).map_err(|e| Fail(2, format!("--modes: {e}")))?;
     let fuse = a.fuse.parse().map_err(|e| Fail(2, format!("--fuse: {e}")))?;
-    let source: std::sync::Arc<dyn WeightSource> = if std::path::Path::new(&a.shape).is_dir() {
-        let ckpt =
-            webtune::formats::checkpoint::Checkpoint::open_dir(std::path::Path::new(&a.shape)).map_err(input_err)?;
-        webtune::formats::checkpoint::validate(&ckpt).map_err(input_err)?;
-        std::sync::Arc::new(CheckpointSource::new(ckpt))
-    } else {
-        let cfg = webtune::base::config::ModelConfig::preset(&a.shape).map_err(|e| Fail(2, format!("--shape: {e}")))?;
-        std::sync::Arc::new(SyntheticSource::new(cfg, a.seed))
-    };
+    let source = bench_source(&a.shape, a.seed)?;
     let cfg = source.config().clone();
     let bc = TrainBenchConfig {
         shape: a.shape.clone(),
@@ -284,19 +297,9 @@ pub async fn bench_kernels(a: KernelsArgs) -> Result<(), Fail> {
 
 pub async fn bench_decode(a: DecodeArgs) -> Result<(), Fail> {
     use webtune::bench::decode::{bench_decode, DecodeBenchConfig};
-    use webtune::model::source::{CheckpointSource, WeightSource};
-    use webtune::model::synthetic::SyntheticSource;
     let format =
         webtune::model::weights::WeightFormat::parse(&a.weights).map_err(|e| Fail(2, format!("--weights: {e}")))?;
-    let source: std::sync::Arc<dyn WeightSource> = if std::path::Path::new(&a.shape).is_dir() {
-        let ckpt =
-            webtune::formats::checkpoint::Checkpoint::open_dir(std::path::Path::new(&a.shape)).map_err(input_err)?;
-        webtune::formats::checkpoint::validate(&ckpt).map_err(input_err)?;
-        std::sync::Arc::new(CheckpointSource::new(ckpt))
-    } else {
-        let cfg = webtune::base::config::ModelConfig::preset(&a.shape).map_err(|e| Fail(2, format!("--shape: {e}")))?;
-        std::sync::Arc::new(SyntheticSource::new(cfg, a.seed))
-    };
+    let source = bench_source(&a.shape, a.seed)?;
     let bc = DecodeBenchConfig {
         shape: a.shape.clone(),
         prompt_tokens: a.prompt,

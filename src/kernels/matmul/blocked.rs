@@ -418,7 +418,7 @@ pub(super) fn lora_key(fused: Option<Fused>) -> &'static str {
 /// them: one token's q_proj (N = 576) is 72 invocations, which as 64 + 8 would keep one core of a
 /// CPU adapter busy while the other idles, and one SM of a GPU out of a hundred. Otherwise 8 × 8,
 /// or fewer along M where that computes fewer rows past M (an MLP chunk).
-fn lanes(m: usize, n: usize) -> (usize, usize) {
+pub(super) fn lanes(m: usize, n: usize) -> (usize, usize) {
     match (m <= 8, n <= 8) {
         (false, true) => (1, 8),
         (true, false) => ((n.div_ceil(8) / 16).clamp(8, 64).next_power_of_two(), 1),
@@ -438,7 +438,7 @@ fn block_rows(m: usize, most: usize) -> usize {
 }
 
 /// Workgroups of `wx` × `wy` invocations, each a `rows`×8 block of C.
-fn grid(m: usize, n: usize, wx: usize, wy: usize, rows: usize) -> (u32, u32, u32) {
+pub(super) fn grid(m: usize, n: usize, wx: usize, wy: usize, rows: usize) -> (u32, u32, u32) {
     (n.div_ceil(8 * wx) as u32, m.div_ceil(rows * wy) as u32, 1)
 }
 

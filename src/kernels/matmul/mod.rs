@@ -33,6 +33,7 @@ mod blocked;
 mod choose;
 mod gemv;
 pub mod lora;
+mod pair;
 pub mod shared;
 mod thin;
 pub mod tiled;
@@ -336,6 +337,37 @@ pub fn matmul_tn(gpu: &Gpu, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f32, beta
         return thin::run_tn(gpu, a, b, c, alpha, beta);
     }
     blocked::tn(gpu, a, b, c, alpha, beta)
+}
+
+/// Two `tn` products, C_j = α · A_jᵀ · B_j + β · C_j for the (A_j, B_j, C_j) of `jobs` (as
+/// [`matmul_tn`] computes each, bit for bit), in one dispatch where both take the same kernel
+/// (the register-blocked or the split-K one) over the same K: LoRA's dA = s·gᵀ·x and
+/// dB = s·dyᵀ·h of one projection (both contract over tokens). Otherwise one after the other.
+pub fn matmul_tn_pair(gpu: &Gpu, jobs: [(&Tensor, &Tensor, &Tensor); 2], alpha: f32, beta: f32) {
+    let thin = |(a, b, _): (&Tensor, &Tensor, &Tensor)| thin::takes_tn(a.cols(), a.rows(), b.cols());
+    let ok = jobs.iter().all(|&(a, b, c)| {
+        check(
+            "matmul_tn_pair",
+            b.rows() == a.rows()
+                && c.rows() == a.cols()
+                && c.cols() == b.cols()
+                && a.dtype == DType::F32
+                && b.dtype == DType::F32,
+            || format!("A {:?} B {:?} C {:?}", a.shape, b.shape, c.shape),
+        );
+        a.cols() > 0 && b.cols() > 0
+    });
+    let paired = ok
+        && match (thin(jobs[0]) && split_k(gpu), thin(jobs[1]) && split_k(gpu)) {
+            (true, true) => pair::thin_tn_pair(gpu, jobs, alpha, beta),
+            (false, false) => pair::blocked_tn_pair(gpu, jobs, alpha, beta),
+            _ => false,
+        };
+    if !paired {
+        for (a, b, c) in jobs {
+            matmul_tn(gpu, a, b, c, alpha, beta);
+        }
+    }
 }
 
 /// How a workgroup of `r` equal blocks (each `bm` rows × `bn` columns of C) is arranged: the

@@ -17,7 +17,7 @@ use crate::gpu::{DType, Gpu, Tensor};
 /// Rows of C per workgroup.
 const ROWS: usize = 4;
 /// Invocations per workgroup (the K split).
-const WG: usize = 64;
+pub(super) const WG: usize = 64;
 
 /// Whether the thin kernel takes a product of this shape and B dtype.
 pub(super) fn takes(m: usize, k: usize, n: usize, b: DType) -> bool {
@@ -128,41 +128,59 @@ fn source_tn(trans: bool) -> String {
     let mut s = String::from(
         "struct Params {\n    M: u32, N: u32, K: u32,\n    ldb: u32,\n    alpha: f32, beta: f32,\n    has_bias: u32,\n    qoff: u32,\n    rank: u32,\n    ls: f32,\n    _q0: u32, _q1: u32,\n}\n\
          // here M = P (the wide side of D), N = Q (its narrow side, ≤ 8)\n\
-         @group(0) @binding(0) var<uniform> p: Params;\n\
-         @group(0) @binding(1) var<storage, read> x: array<f32>;      // X: (K, P)\n\
-         @group(0) @binding(2) var<storage, read> y: array<f32>;      // Y: (K, Q)\n\
-         @group(0) @binding(3) var<storage, read_write> c: array<f32>; // C: D (P, Q) or Dᵀ (Q, P)\n",
+         @group(0) @binding(0) var<uniform> p: Params;\n",
     );
+    s += &tn_bindings("", 1);
+    s += &tn_part();
     s += &format!(
-        "var<workgroup> part: array<f32, {}>;   // part[t][i][j]: invocation t's sum for D[p0 + i][j]\n",
-        WG * 64
+        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n    let p0 = (wid.x + wid.y * nwg.x) * 8u;\n"
     );
-    s += &format!(
-        "@compute @workgroup_size({WG})\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n    let p0 = (wid.x + wid.y * nwg.x) * 8u;\n    let lp = p.M - 1u; let lq = p.N - 1u;\n"
-    );
+    s + &tn_job(trans, "", "p.M", "p.N") + "}\n"
+}
+
+/// The bindings of one `tn` product, X, Y and C (names suffixed `j`), from binding `first` on.
+pub(super) fn tn_bindings(j: &str, first: usize) -> String {
+    format!(
+        "@group(0) @binding({first}) var<storage, read> x{j}: array<f32>;      // X: (K, P)\n\
+         @group(0) @binding({}) var<storage, read> y{j}: array<f32>;      // Y: (K, Q)\n\
+         @group(0) @binding({}) var<storage, read_write> c{j}: array<f32>; // C: D (P, Q) or Dᵀ (Q, P)\n",
+        first + 1,
+        first + 2
+    )
+}
+
+/// The workgroup memory of the `tn` kernel: every invocation's partial 8×8 block.
+pub(super) fn tn_part() -> String {
+    format!("var<workgroup> part: array<f32, {}>;   // part[t][i][j]: invocation t's sum for D[p0 + i][j]\n", WG * 64)
+}
+
+/// The `tn` kernel's work for D's rows p0..p0 + 8 (`p0` and invocation `t` set before it):
+/// X{j}, Y{j} and C{j} with P = `m`, Q = `n` (WGSL expressions), α, β and K from `p`.
+pub(super) fn tn_job(trans: bool, j: &str, m: &str, n: &str) -> String {
+    let mut s = format!("    let lp = {m} - 1u; let lq = {n} - 1u;\n");
     for i in 0..8 {
         s += &format!("    var s{i}_0 = vec4<f32>(0.0);\n    var s{i}_1 = vec4<f32>(0.0);\n");
     }
-    s += &format!("    for (var k = t; k < p.K; k += {WG}u) {{\n        let rx = k * p.M; let ry = k * p.N;\n");
-    s += "        let ylo = vec4<f32>(y[ry], y[ry + min(1u, lq)], y[ry + min(2u, lq)], y[ry + min(3u, lq)]);\n";
-    s += "        let yhi = vec4<f32>(y[ry + min(4u, lq)], y[ry + min(5u, lq)], y[ry + min(6u, lq)], y[ry + min(7u, lq)]);\n";
+    s += &format!("    for (var k = t; k < p.K; k += {WG}u) {{\n        let rx = k * {m}; let ry = k * {n};\n");
+    s += &format!("        let ylo = vec4<f32>(y{j}[ry], y{j}[ry + min(1u, lq)], y{j}[ry + min(2u, lq)], y{j}[ry + min(3u, lq)]);\n");
+    s += &format!("        let yhi = vec4<f32>(y{j}[ry + min(4u, lq)], y{j}[ry + min(5u, lq)], y{j}[ry + min(6u, lq)], y{j}[ry + min(7u, lq)]);\n");
     for i in 0..8 {
         s += &format!(
-            "        let x{i} = x[rx + min(p0 + {i}u, lp)];\n        s{i}_0 += x{i} * ylo; s{i}_1 += x{i} * yhi;\n"
+            "        let xv{i} = x{j}[rx + min(p0 + {i}u, lp)];\n        s{i}_0 += xv{i} * ylo; s{i}_1 += xv{i} * yhi;\n"
         );
     }
     s += "    }\n";
     for i in 0..8 {
-        for j in 0..8 {
-            s += &format!("    part[t * 64u + {}u] = s{i}_{}[{}];\n", i * 8 + j, j / 4, j % 4);
+        for jj in 0..8 {
+            s += &format!("    part[t * 64u + {}u] = s{i}_{}[{}];\n", i * 8 + jj, jj / 4, jj % 4);
         }
     }
     s += "    workgroupBarrier();\n";
     s += &format!(
-        "    let i = t / 8u; let j = t % 8u; let m = p0 + i;\n    var sum = 0.0;\n    for (var u = 0u; u < {WG}u; u++) {{ sum += part[u * 64u + t]; }}\n    if (m < p.M && j < p.N) {{\n"
+        "    let i = t / 8u; let j = t % 8u; let m = p0 + i;\n    var sum = 0.0;\n    for (var u = 0u; u < {WG}u; u++) {{ sum += part[u * 64u + t]; }}\n    if (m < {m} && j < {n}) {{\n"
     );
-    s += if trans { "        let idx = j * p.M + m;\n" } else { "        let idx = m * p.N + j;\n" };
-    s += "        var r = p.alpha * sum;\n        if (p.beta != 0.0) { r += p.beta * c[idx]; }\n        c[idx] = r;\n    }\n}\n";
+    s += &if trans { format!("        let idx = j * {m} + m;\n") } else { format!("        let idx = m * {n} + j;\n") };
+    s += &format!("        var r = p.alpha * sum;\n        if (p.beta != 0.0) {{ r += p.beta * c{j}[idx]; }}\n        c{j}[idx] = r;\n    }}\n");
     s
 }
 
