@@ -7,6 +7,9 @@
 #   bash scripts/build-npm.sh               everything; prints the tarball's path
 #   bash scripts/build-npm.sh --wasm-only   only npm/wasm/ (scripts/serve.sh uses this)
 #   bash scripts/build-npm.sh --no-wasm     keep npm/wasm/ as it is (built elsewhere)
+#   bash scripts/build-npm.sh --dev         the engine in cargo's dev profile (opt-level 1, line
+#                                           tables): what `cargo test --target wasm32-unknown-unknown`
+#                                           has already compiled, so it takes seconds (the test suite)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -16,11 +19,13 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 wasm_only=0
 wasm=1
+profile=--release
 for a in "$@"; do
   case "$a" in
     --wasm-only) wasm_only=1 ;;
     --no-wasm) wasm=0 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dev) profile=--dev ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-npm: unknown argument $a (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -32,9 +37,9 @@ say() { echo "build-npm: $*"; }
 # npm/package.json is the package, and a .gitignore of "*" would keep npm pack from packing
 # wasm/. wasm-opt is off in Cargo.toml.
 if [ "$wasm" -eq 1 ]; then
-  say "wasm-pack build --release --target web → npm/wasm/"
+  say "wasm-pack build $profile --target web → npm/wasm/"
   rm -rf target/npm/wasm
-  wasm-pack build --release --target web --out-dir target/npm/wasm --out-name webtune --no-pack --no-gitignore
+  wasm-pack build "$profile" --target web --out-dir target/npm/wasm --out-name webtune --no-pack --no-gitignore
   grep -q 'export class Engine' target/npm/wasm/webtune.d.ts || {
     echo "build-npm: the wasm exports no Engine (is the wasm module declared in src/lib.rs?); npm/wasm/ is left as it was" >&2
     exit 1

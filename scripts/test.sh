@@ -142,12 +142,14 @@ export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 run_in_two_lanes wasm-bindgen-test-runner "integration soak" --target wasm32-unknown-unknown
 
 stage "4/4 the npm package, then its example app and the web page in Chromium, at once"
-# build-npm.sh: wasm-pack (release) → npm/wasm, tsc → npm/dist, npm pack. Then two lanes (each
+# build-npm.sh: wasm-pack → npm/wasm, tsc → npm/dist, npm pack; --dev: the engine in the dev
+# profile (opt-level 1) that stage 3's `cargo test` has already compiled (seconds, where the
+# release build took 80 s of this stage's ~230; the same code, with debug assertions on). Then two lanes (each
 # Chromium keeps a core busy): the Vite example app installs the tarball and trains the tiny
 # model in a worker (scripts/test-browser-app.sh, Playwright; --no-wasm: the wasm just built),
 # and the page serve.sh builds from the same wasm is driven end to end (scripts/test-page.sh;
 # screenshots in target/screenshots/).
-bash scripts/build-npm.sh
+bash scripts/build-npm.sh --dev
 cargo build --bin webtune
 in_lane app bash scripts/test-browser-app.sh --no-wasm
 in_lane page bash scripts/test-page.sh
