@@ -44,10 +44,17 @@ def main():
 
     print("\n| training, seq 256, rank 8, batch 1 | webtune tok/s | PyTorch tok/s | ratio | PyTorch + ckpt tok/s | ratio |")
     print("|---|---|---|---|---|---|")
-    for shape, ours, how in [("smollm2-135m", "train-smollm2.json", ""), ("qwen2.5-0.5b", "train-qwen05.json", ""),
+    for shape, ours, how in [("smollm2-135m", "train-smollm2.json", ""),
+                             ("smollm2-135m", "train-smollm2-each.json", ", waiting at each block"),
+                             ("smollm2-135m", "train-smollm2-ahead.json", ", a block's work running while the next is recorded"),
+                             ("qwen2.5-0.5b", "train-qwen05.json", ""),
                              ("qwen2.5-0.5b", "train-qwen05-f16.json", ", f16 products allowed")]:
         w = load(d, ours)
         wt = w["modes"]["mesp"]["tokens_per_s"] if w else None
+        if w and "phases_ahead" in w and not how:
+            how = ", phases ahead" if w["phases_ahead"] else ", waiting at each block"
+        if w and how.startswith((", waiting", ", a block")):
+            how += f" (peak {w['modes']['mesp']['peak_bytes'] / 1e6:.1f} MB)"
         t = load(d, f"torch-train-{shape}.json")
         tc = load(d, f"torch-train-ckpt-{shape}.json")
         tt, ttc = (t or {}).get("tokens_per_s"), (tc or {}).get("tokens_per_s")

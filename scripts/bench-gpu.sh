@@ -69,6 +69,12 @@ else
 fi
 run train-smollm2 "$w" bench --shape smollm2-135m --seq 256 --rank 8 --modes mesp --optimizer adamw \
   --weights bf16 --resident --steps "$steps" --json "$out/train-smollm2.json"
+# The same with each phase's end fixed either way (the default: ahead on a GPU, waiting on a CPU
+# adapter; see Gpu::set_phases_ahead), to see what the overlap gives on this device.
+for phases in each ahead; do
+  run "train-smollm2-$phases" env WEBTUNE_PHASES=$phases "$w" bench --shape smollm2-135m --seq 256 --rank 8 \
+    --modes mesp --optimizer adamw --weights bf16 --resident --steps "$steps" --json "$out/train-smollm2-$phases.json"
+done
 run train-qwen05 "$w" bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp --optimizer adamw \
   --weights bf16 --resident --steps "$steps" --json "$out/train-qwen05.json"
 run train-qwen05-f16 "$w" --f16-products bench --shape qwen2.5-0.5b --seq 256 --rank 8 --modes mesp \

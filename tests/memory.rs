@@ -4,7 +4,9 @@
 //!   while holding one layer of gradients instead of all of them;
 //! - the accounting does not grow: after 200 tiny-model steps the peak equals the peak after
 //!   step 10, and live bytes return to their pre-step value after every step
-//!   (the long run is tests/soak.rs).
+//!   (the long run is tests/soak.rs);
+//! - phases ahead (a block's work running while the next is recorded) train exactly alike and
+//!   account the buffers they hold longer.
 
 use crate::common;
 
@@ -15,6 +17,8 @@ use webtune::formats::checkpoint::Checkpoint;
 use webtune::formats::peft::Adapter;
 use webtune::gpu::Category;
 use webtune::model::block::Mode;
+use webtune::model::source::{CheckpointSource, WeightSource};
+use webtune::model::weights::WeightFormat;
 use webtune::model::Model;
 use webtune::train::grad::{compute_grads_with, GradOptions};
 use webtune::train::trainer::{TrainConfig, Trainer};
@@ -118,6 +122,54 @@ async fn fused_update_same_training() {
     }
 }
 both!(fused_update_gives_the_same_training, fused_update_same_training());
+
+/// Phases ahead (the default on GPUs: the device runs a block's work while the host records the
+/// next) train exactly as waiting for every block does, hold the bytes of dropped buffers until
+/// the work that used them has run (so the accounted peak is higher, never lower), and leave
+/// nothing held or live once the device is idle.
+async fn phases_ahead_same_training() {
+    let gpu = webtune::kernels::testutil::test_gpu().await;
+    let default = gpu.phases_ahead();
+    let ckpt = Checkpoint::from_files(tiny_model_files(12)).expect("the tiny model opens");
+    let tok = Tokenizer::from_checkpoint(&ckpt).expect("the tokenizer loads");
+    let examples = load_jsonl(&dataset(), &tok).expect("the dataset loads");
+    let resident = Model::load(&gpu, &ckpt).expect("the tiny model loads");
+    let src: std::sync::Arc<dyn WeightSource> = std::sync::Arc::new(CheckpointSource::new(ckpt.clone()));
+    let streamed = Model::streamed(&gpu, src, WeightFormat::Stored).expect("the tiny model streams");
+    let mut runs = Vec::new();
+    for (ahead, optimizer, model) in
+        [(false, "adamw", &resident), (true, "adamw", &resident), (false, "sgd", &streamed), (true, "sgd", &streamed)]
+    {
+        gpu.sync().await.expect("sync");
+        gpu.set_phases_ahead(ahead);
+        gpu.alloc.reset_peaks();
+        let before = gpu.alloc.stats().live_total;
+        let mut t = Trainer::new(&gpu, model, examples.clone(), config(optimizer, 3), None).expect("a trainer");
+        let mut held = 0;
+        while !t.done() {
+            t.step(&gpu, model).await.expect("a step");
+            held = held.max(gpu.alloc.held_bytes());
+        }
+        // A step's last buffers are dropped after the read of its loss: held until the next wait.
+        assert_eq!(held > 0, ahead, "ahead {ahead}: {held} B held after a step");
+        let adapter = t.adapter(&gpu).await.expect("adapter").to_safetensors_bytes();
+        let losses = t.state.losses.clone();
+        drop(t);
+        gpu.sync().await.expect("sync");
+        let s = gpu.alloc.stats();
+        assert_eq!((s.live_total, gpu.alloc.held_bytes()), (before, 0), "ahead {ahead}: bytes left after the run");
+        runs.push((losses, adapter, s.peak_total));
+    }
+    gpu.set_phases_ahead(default);
+    for pair in runs.chunks(2) {
+        let ((l0, a0, p0), (l1, a1, p1)) = (&pair[0], &pair[1]);
+        assert_eq!(l0, l1, "the losses with phases ahead");
+        assert!(a0 == a1, "phases ahead trained another adapter");
+        assert!(p1 > p0, "phases ahead held no dropped buffer: peak {p1} B, waiting for each phase {p0} B");
+        log!("phases ahead: the same losses and adapter; accounted peak {p1} B against {p0} B");
+    }
+}
+both!(phases_ahead_give_the_same_training, phases_ahead_same_training());
 
 /// Steps of the no-growth test: 200 natively; fewer in the browser, where SwiftShader is slower.
 const GROWTH_STEPS: u32 = if IN_BROWSER { 60 } else { 200 };

@@ -99,6 +99,17 @@ pub struct Allocator {
     t0: Arc<Mutex<f64>>,
     /// Most bytes that may be live at once (None: no limit but the device's).
     budget: Arc<Mutex<Option<u64>>>,
+    /// Releases held back until the work that used their buffers has run.
+    retiring: Arc<Mutex<Retiring>>,
+}
+
+/// The bytes of dropped allocations still counted live ([`Allocator::defer_releases`]), each
+/// with the epoch it was dropped in.
+#[derive(Default)]
+struct Retiring {
+    on: bool,
+    epoch: u64,
+    held: Vec<(u64, Category, u64)>,
 }
 
 impl Allocator {
@@ -167,6 +178,73 @@ impl Allocator {
         self.timeline.lock().ok().and_then(|t| t.clone()).unwrap_or_default()
     }
 
+    /// Count the bytes of dropped allocations as live until the work submitted before their
+    /// drop has run ([`Allocator::release_through`]): with work of more than one phase in
+    /// flight, a buffer dropped on the host lives on in the driver until the device is done with
+    /// it, and the accounting must not say it is gone. Off (the default): bytes are released at
+    /// drop, and whatever is held is released now (call it with the device idle).
+    pub fn defer_releases(&self, on: bool) {
+        let held = match self.retiring.lock() {
+            Ok(mut r) => {
+                r.on = on;
+                if on {
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut r.held)
+                }
+            }
+            Err(_) => Vec::new(),
+        };
+        for (_, c, b) in held {
+            self.untrack(c, b);
+        }
+    }
+
+    /// Whether releases are deferred ([`Allocator::defer_releases`]).
+    pub fn deferring(&self) -> bool {
+        self.retiring.lock().map(|r| r.on).unwrap_or(false)
+    }
+
+    /// Bytes dropped but still counted live ([`Allocator::defer_releases`]).
+    pub fn held_bytes(&self) -> u64 {
+        self.retiring.lock().map(|r| r.held.iter().map(|h| h.2).sum()).unwrap_or(0)
+    }
+
+    /// End the current epoch and return it: allocations dropped from now on belong to the
+    /// next. Called just before work is submitted that a wait will then cover.
+    pub(crate) fn close_epoch(&self) -> u64 {
+        self.retiring
+            .lock()
+            .map(|mut r| {
+                r.epoch += 1;
+                r.epoch - 1
+            })
+            .unwrap_or(0)
+    }
+
+    /// Release what was dropped in epochs up to `epoch`: the work submitted when it closed has run.
+    pub(crate) fn release_through(&self, epoch: u64) {
+        let done: Vec<(u64, Category, u64)> = match self.retiring.lock() {
+            Ok(mut r) if !r.held.is_empty() => {
+                let (done, keep) = std::mem::take(&mut r.held).into_iter().partition(|h| h.0 <= epoch);
+                r.held = keep;
+                done
+            }
+            _ => Vec::new(),
+        };
+        for (_, c, b) in done {
+            self.untrack(c, b);
+        }
+    }
+
+    fn untrack(&self, category: Category, bytes: u64) {
+        if let Ok(mut s) = self.stats.lock() {
+            let i = category.index();
+            s.live[i] -= bytes;
+            s.live_total -= bytes;
+        }
+    }
+
     pub(crate) fn track(&self, category: Category, bytes: u64) -> Allocation {
         if let Ok(mut s) = self.stats.lock() {
             let i = category.index();
@@ -200,12 +278,29 @@ impl Allocation {
     }
 }
 
+impl Allocation {
+    /// Release now, whatever [`Allocator::defer_releases`] says: for a buffer known to be no
+    /// longer in use (a readback's, once read).
+    pub(crate) fn release_now(mut self) {
+        self.alloc.untrack(self.category, std::mem::take(&mut self.bytes));
+    }
+}
+
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.alloc.stats.lock() {
-            let i = self.category.index();
-            s.live[i] -= self.bytes;
-            s.live_total -= self.bytes;
+        if self.bytes == 0 {
+            return;
+        }
+        let held = match self.alloc.retiring.lock() {
+            Ok(mut r) if r.on => {
+                let e = r.epoch;
+                r.held.push((e, self.category, self.bytes));
+                true
+            }
+            _ => false,
+        };
+        if !held {
+            self.alloc.untrack(self.category, self.bytes);
         }
     }
 }
@@ -233,5 +328,28 @@ mod tests {
         assert_eq!(s.peak(Category::Activations), 100);
         drop(y);
         assert_eq!(a.stats().live_total, 0);
+    }
+
+    #[test]
+    fn deferred_releases_wait_for_their_epoch() {
+        let a = Allocator::default();
+        a.defer_releases(true);
+        let (x, y, z) =
+            (a.track(Category::Activations, 100), a.track(Category::Scratch, 10), a.track(Category::Staging, 1));
+        drop(x);
+        let e0 = a.close_epoch();
+        drop(y);
+        z.release_now();
+        assert_eq!((a.stats().live_total, a.held_bytes()), (110, 110), "dropped bytes stay counted");
+        a.release_through(e0);
+        assert_eq!((a.stats().live_total, a.held_bytes()), (10, 10), "x's epoch released, y's not");
+        let e1 = a.close_epoch();
+        a.release_through(e1);
+        assert_eq!((a.stats().live_total, a.held_bytes()), (0, 0));
+        assert_eq!(a.stats().peak_total, 111);
+        let w = a.track(Category::Weights, 5);
+        drop(w);
+        a.defer_releases(false);
+        assert_eq!(a.stats().live_total, 0, "turning deferral off releases what it held");
     }
 }

@@ -90,7 +90,9 @@ impl Gpu {
             choices: Mutex::new(HashMap::new()),
             uniforms: Mutex::new(Default::default()),
             f16_products: Default::default(),
+            phases: Default::default(),
         };
+        gpu.set_phases_ahead(super::readback::phases_ahead_by_default(gpu.info.cpu));
         gpu.dummy(); // made now, so no step's accounting sees it appear
         gpu.make_uniforms(); // the same
         if STAGED_UPLOADS {
@@ -120,7 +122,8 @@ impl Gpu {
             let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("dummy"),
                 size: 16,
-                usage: wgpu::BufferUsages::STORAGE,
+                // COPY_SRC: [`Gpu::sync`] reads it back to wait for the work before.
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             });
             self.wrap(buf, &[4], DType::F32, Category::Scratch)

@@ -81,6 +81,8 @@ pub struct Gpu {
     uniforms: Mutex<dispatch::Uniforms>,
     /// Whether the autotune may choose products in f16 ([`Gpu::set_f16_products`]).
     f16_products: std::sync::atomic::AtomicBool,
+    /// How the phases of a step end ([`Gpu::end_phase`]).
+    phases: Mutex<readback::Phases>,
 }
 
 impl Gpu {

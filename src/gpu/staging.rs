@@ -170,7 +170,15 @@ impl Gpu {
             ring.chunks[i].buf.unmap();
         }
         self.write_uniforms();
+        let epoch = self.alloc.close_epoch();
         let index = self.queue.submit(Some(enc.finish()));
+        if self.alloc.deferring() {
+            // What was dropped before this submission is released once it has run (natively the
+            // callback fires in a poll: the non-blocking one here, or a wait's).
+            let alloc = self.alloc.clone();
+            self.queue.on_submitted_work_done(move || alloc.release_through(epoch));
+            crate::platform::poll_now(&self.device);
+        }
         ring.submits += 1;
         for &i in &filled {
             let chunk = &mut ring.chunks[i];

@@ -18,6 +18,11 @@ pub fn poll_wait(device: &wgpu::Device) {
     let _ = device.poll(wgpu::PollType::wait_indefinitely());
 }
 
+/// Let the device report the work that has finished (its callbacks), without waiting.
+pub fn poll_now(device: &wgpu::Device) {
+    let _ = device.poll(wgpu::PollType::Poll);
+}
+
 /// Block until the submission `index` has run (later submissions may still be running); the
 /// most recent one when None.
 pub fn poll_wait_for(device: &wgpu::Device, index: Option<wgpu::SubmissionIndex>) {

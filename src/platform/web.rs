@@ -12,6 +12,9 @@ pub const BROWSER: bool = true;
 /// In the browser the event loop drives map callbacks.
 pub fn poll_wait(_device: &wgpu::Device) {}
 
+/// Nothing to do in the browser: the event loop delivers the device's callbacks.
+pub fn poll_now(_device: &wgpu::Device) {}
+
 /// Nothing to do in the browser (see [`poll_wait`]).
 pub fn poll_wait_for(_device: &wgpu::Device, _index: Option<wgpu::SubmissionIndex>) {}
 

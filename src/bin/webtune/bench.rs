@@ -160,7 +160,7 @@ pub async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
     };
     let gpu = gpu().await?;
     eprintln!(
-        "{} ({} layers, hidden {}, vocab {}), seq {}, rank {} on {}, {} weights {}, {}, {} step(s) per mode on {}",
+        "{} ({} layers, hidden {}, vocab {}), seq {}, rank {} on {}, {} weights {}, {}, {} step(s) per mode on {} ({})",
         a.shape,
         cfg.layers,
         cfg.hidden,
@@ -172,7 +172,8 @@ pub async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
         if a.resident { "resident" } else { "streamed" },
         a.optimizer,
         a.steps,
-        gpu.info.adapter
+        gpu.info.adapter,
+        if gpu.phases_ahead() { "phases ahead" } else { "waiting at each phase" }
     );
     let t0 = webtune::platform::now_ms();
     let results =
@@ -238,6 +239,7 @@ pub async fn bench_train(a: BenchTrainArgs) -> Result<(), Fail> {
             "model": { "layers": cfg.layers, "hidden": cfg.hidden, "intermediate": cfg.intermediate, "heads": cfg.heads,
                        "kv_heads": cfg.kv_heads, "vocab": cfg.vocab },
             "adapter": gpu.info.adapter,
+            "phases_ahead": gpu.phases_ahead(),
             "modes": modes,
             "paper_mb": paper.map(|(s, b)| serde_json::json!({ "mesp": s, "mebp": b })),
         });
