@@ -72,8 +72,8 @@ pub struct MemoryStats {
 #[cfg_attr(test, derive(ts_rs::TS))]
 pub struct Sample {
     pub phase: String,
-    /// Milliseconds since the timeline started, when the phase was recorded (the model waits
-    /// for the GPU at every phase, so this is when its work ended).
+    /// Milliseconds since the timeline started, when the phase was recorded: when its work
+    /// ended, or with phases ahead ([`crate::gpu::Gpu::set_phases_ahead`]) the phase before's.
     pub t_ms: f64,
     pub live_total: u64,
     pub peak_total: u64,

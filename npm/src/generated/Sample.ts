@@ -6,8 +6,8 @@
  */
 export type Sample = { phase: string, 
 /**
- * Milliseconds since the timeline started, when the phase was recorded (the model waits
- * for the GPU at every phase, so this is when its work ended).
+ * Milliseconds since the timeline started, when the phase was recorded: when its work
+ * ended, or with phases ahead ([`crate::gpu::Gpu::set_phases_ahead`]) the phase before's.
  */
 t_ms: number, live_total: number, peak_total: number, 
 /**
