@@ -5,7 +5,7 @@
 //! when C % 4 == 0, scalar otherwise.
 
 use crate::gpu::{DType, Gpu, Tensor};
-use crate::kernels::render;
+use crate::kernels::{render, sections};
 
 const FWD: &str = include_str!("rmsnorm_fwd.wgsl");
 const BWD: &str = include_str!("rmsnorm_bwd.wgsl");
@@ -44,9 +44,22 @@ fn variant(c: usize) -> (&'static str, &'static str, usize) {
 }
 
 fn pipeline(gpu: &Gpu, name: &str, src: &str, c: usize) -> (std::sync::Arc<crate::gpu::Kernel>, usize) {
+    pipeline_with(gpu, name, src, c, "plain")
+}
+
+/// [`pipeline`] keeping the template's `section` (FWD: "plain" or "residual").
+fn pipeline_with(
+    gpu: &Gpu,
+    name: &str,
+    src: &str,
+    c: usize,
+    section: &str,
+) -> (std::sync::Arc<crate::gpu::Kernel>, usize) {
     let (ty, hsum, l) = variant(c);
-    let p = gpu.pipeline(&format!("{name}/{ty}"), || {
-        render(src, &[("NORM_ROW", NORM_ROW.into()), ("T", ty.into()), ("HSUM", hsum.into())])
+    let key = if section == "plain" { format!("{name}/{ty}") } else { format!("{name}/{section}/{ty}") };
+    let p = gpu.pipeline(&key, || {
+        let src = render(src, &[("NORM_ROW", NORM_ROW.into()), ("T", ty.into()), ("HSUM", hsum.into())]);
+        sections(&src, &[section])
     });
     (p, l)
 }
@@ -72,6 +85,30 @@ pub fn rmsnorm_forward(gpu: &Gpu, x: &Tensor, w: &Tensor, eps: f32, y: &Tensor, 
     let (pipe, l) = pipeline(gpu, "rmsnorm_fwd", FWD, c);
     let p = Params { n: n as u32, c: c as u32, l: l as u32, scalar: eps };
     gpu.dispatch(&pipe, bytemuck::bytes_of(&p), &[x, w, y, rstd], (n as u32, 1, 1));
+}
+
+/// The block's residual and the norm after it in one dispatch: x += r (in place), then
+/// y = w · x · rstd with rstd saved, exactly as [`crate::kernels::elementwise::axpy`] of r into x
+/// followed by [`rmsnorm_forward`] compute them.
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_residual_forward(gpu: &Gpu, x: &Tensor, r: &Tensor, w: &Tensor, eps: f32, y: &Tensor, rstd: &Tensor) {
+    let (n, c) = (x.rows(), x.cols());
+    assert!(
+        r.shape == x.shape && w.numel() == c && y.rows() == n && y.cols() == c && rstd.numel() == n
+            && all_f32(&[x, r, w, y, rstd]),
+        "rmsnorm_residual_forward: x {:?} r {:?} w {:?} y {:?} rstd {:?} (want x, r, y (N, C), w (C), rstd (N), all f32)",
+        x.shape,
+        r.shape,
+        w.shape,
+        y.shape,
+        rstd.shape
+    );
+    if n == 0 || c == 0 {
+        return;
+    }
+    let (pipe, l) = pipeline_with(gpu, "rmsnorm_fwd", FWD, c, "residual");
+    let p = Params { n: n as u32, c: c as u32, l: l as u32, scalar: eps };
+    gpu.dispatch(&pipe, bytemuck::bytes_of(&p), &[x, w, y, rstd, r], (n as u32, 1, 1));
 }
 
 /// Decoding's norm and the LoRA down-products that read its output, in one dispatch: for one
@@ -236,6 +273,31 @@ mod tests {
             let (want_y, want_r) = reference::forward(&f64s(&x), &f64s(&w), n, c, EPS as f64);
             assert_close(&format!("rmsnorm y {n}x{c}"), &gpu.read_f32(&ty).await.unwrap(), &want_y, 1e-5, 1e-5);
             assert_close(&format!("rmsnorm rstd {n}x{c}"), &gpu.read_f32(&tr).await.unwrap(), &want_r, 1e-5, 1e-5);
+        }
+    });
+
+    // The block's residual and the norm after it in one dispatch: x + r in place, y and rstd,
+    // each bit for bit what axpy and then rmsnorm_forward make (vec4 and scalar rows).
+    gpu_test!(async fn rmsnorm_residual_equals_axpy_then_the_norm(gpu) {
+        for (n, c) in SHAPES {
+            let (x, w, _) = inputs(n, c);
+            let r = Rng::new((n * 7 + c) as u64).vec(n * c, 3.0);
+            let up = |v: &[f32]| gpu.upload_f32(v, &[n, c], Category::Activations).unwrap();
+            let (fused_x, plain_x, tr) = (up(&x), up(&x), up(&r));
+            let tw = gpu.upload_f32(&w, &[c], Category::Weights).unwrap();
+            let zeros = |shape: &[usize]| gpu.zeros(shape, DType::F32, Category::Activations).unwrap();
+            let (y1, s1, y2, s2) = (zeros(&[n, c]), zeros(&[n]), zeros(&[n, c]), zeros(&[n]));
+            gpu.profile_start();
+            rmsnorm_residual_forward(gpu, &fused_x, &tr, &tw, EPS, &y1, &s1);
+            let calls = gpu.profile_take().await.unwrap().map_or(0, |p| p.calls());
+            assert_eq!(calls, 1, "{n}x{c}: dispatches");
+            crate::kernels::elementwise::axpy(gpu, 1.0, &tr, &plain_x);
+            rmsnorm_forward(gpu, &plain_x, &tw, EPS, &y2, &s2);
+            for (name, a, b) in [("x + r", &fused_x, &plain_x), ("y", &y1, &y2), ("rstd", &s1, &s2)] {
+                let (a, b) = (gpu.read_f32(a).await.unwrap(), gpu.read_f32(b).await.unwrap());
+                assert_eq!(a, b, "{n}x{c}: {name}");
+            }
+            assert_ne!(gpu.read_f32(&fused_x).await.unwrap(), x, "{n}x{c}: the residual added");
         }
     });
 

@@ -18,7 +18,7 @@ use crate::base::names::Proj;
 use crate::gpu::{Category, DType, Gpu, Tensor};
 use crate::kernels::attention::{attention_backward, attention_forward, AttnShape};
 use crate::kernels::elementwise::axpy;
-use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward};
+use crate::kernels::rmsnorm::{rmsnorm_backward, rmsnorm_forward, rmsnorm_residual_forward};
 use crate::kernels::rope::{rope_qk_backward, rope_qk_forward, RopeTable};
 use crate::kernels::swiglu::{swiglu_backward, swiglu_forward};
 use crate::model::lora::LoraPair;
@@ -178,9 +178,13 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
     let h = act(gpu, &[n, c])?;
     lin(&o, Proj::O, &h)?;
     drop(o);
-    axpy(gpu, 1.0, x, &h);
     let y = act(gpu, &[n, c])?;
     let rows = balanced_chunk_rows(n, ctx.mlp_chunk_rows);
+    // The residual h += x: with the norm after it in one dispatch when the MLP is one chunk.
+    let whole = rows >= n;
+    if !whole {
+        axpy(gpu, 1.0, x, &h);
+    }
     let mut t0 = 0;
     while t0 < n {
         let r = rows.min(n - t0);
@@ -196,7 +200,11 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
         {
             let xn2 = act(gpu, &[r, c])?;
             let rstd2 = act(gpu, &[r])?;
-            rmsnorm_forward(gpu, h_c, &w.post_norm, eps, &xn2, &rstd2);
+            if whole {
+                rmsnorm_residual_forward(gpu, h_c, x, &w.post_norm, eps, &xn2, &rstd2);
+            } else {
+                rmsnorm_forward(gpu, h_c, &w.post_norm, eps, &xn2, &rstd2);
+            }
             let (g, u) = (act(gpu, &[r, f])?, act(gpu, &[r, f])?);
             lin(&xn2, Proj::Gate, &g)?;
             lin(&xn2, Proj::Up, &u)?;
@@ -265,10 +273,10 @@ fn attn_half(
 
     let h = act(gpu, &[n, c])?;
     lin(&o, Proj::O, &h)?;
-    axpy(gpu, 1.0, x, &h);
     let xn2 = act(gpu, &[n, c])?;
     let rstd2 = act(gpu, &[n])?;
-    rmsnorm_forward(gpu, &h, &w.post_norm, cfg.rms_norm_eps as f32, &xn2, &rstd2);
+    // h += x, then xn2 = rmsnorm(h), in one dispatch.
+    rmsnorm_residual_forward(gpu, &h, x, &w.post_norm, cfg.rms_norm_eps as f32, &xn2, &rstd2);
     Ok(AttnHalf { xn1, rstd1, q, k, v, o, lse, h, xn2, rstd2 })
 }
 
