@@ -178,24 +178,26 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
     let h = act(gpu, &[n, c])?;
     lin(&o, Proj::O, &h)?;
     drop(o);
-    let y = act(gpu, &[n, c])?;
     let rows = balanced_chunk_rows(n, ctx.mlp_chunk_rows);
     // The residual h += x: with the norm after it in one dispatch when the MLP is one chunk.
     let whole = rows >= n;
     if !whole {
         axpy(gpu, 1.0, x, &h);
     }
+    // y = h + down(m), added into h itself (or into each chunk's copy of its rows of h, then
+    // copied into y): h is not needed after the MLP.
+    let y = if whole { None } else { Some(act(gpu, &[n, c])?) };
     let mut t0 = 0;
     while t0 < n {
         let r = rows.min(n - t0);
-        let (h_c, y_c) = if r == n {
-            (None, None)
+        let h_c = if r == n {
+            None
         } else {
-            let (hc, yc) = (act(gpu, &[r, c])?, act(gpu, &[r, c])?);
+            let hc = act(gpu, &[r, c])?;
             crate::kernels::elementwise::copy_rows(gpu, &h, t0, &hc, 0, r);
-            (Some(hc), Some(yc))
+            Some(hc)
         };
-        let (h_c, y_c) = (h_c.as_ref().unwrap_or(&h), y_c.as_ref().unwrap_or(&y));
+        let h_c = h_c.as_ref().unwrap_or(&h);
         let m = act(gpu, &[r, f])?;
         {
             let xn2 = act(gpu, &[r, c])?;
@@ -210,15 +212,14 @@ pub fn block_forward_lean(gpu: &Gpu, ctx: &BlockCtx, w: &LayerWeights, lora: Lor
             lin(&xn2, Proj::Up, &u)?;
             swiglu_forward(gpu, &g, &u, &m);
         }
-        lin(&m, Proj::Down, y_c)?;
+        shared.forward_add(gpu, &m, w.linear(Proj::Down), Proj::Down, ctx.scale, h_c)?;
         drop(m);
-        axpy(gpu, 1.0, h_c, y_c);
-        if r != n {
-            crate::kernels::elementwise::copy_rows(gpu, y_c, 0, &y, t0, r);
+        if let Some(y) = &y {
+            crate::kernels::elementwise::copy_rows(gpu, h_c, 0, y, t0, r);
         }
         t0 += r;
     }
-    Ok(y)
+    Ok(y.unwrap_or(h))
 }
 
 /// Rows per chunk when `n` rows are split into chunks of at most `max` (0 = one chunk): as few

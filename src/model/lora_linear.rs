@@ -185,4 +185,13 @@ impl<'a> SharedH<'a> {
         lora_linear_forward_h(gpu, x, lin, self.pair(p).zip(h.as_ref()), s, y, 0.0);
         Ok(if keep_h { h } else { None })
     }
+
+    /// [`SharedH::forward`] added to y (y += x·Wᵀ + b + s·h·Bᵀ, as one store adds it: equal bit
+    /// for bit to the product into a buffer of its own and then
+    /// [`crate::kernels::elementwise::axpy`]), keeping no h: a block's residual.
+    pub fn forward_add(&self, gpu: &Gpu, x: &Tensor, lin: &Linear, p: Proj, s: f32, y: &Tensor) -> Result<()> {
+        let h = self.h(gpu, x, p)?;
+        lora_linear_forward_h(gpu, x, lin, self.pair(p).zip(h.as_ref()), s, y, 1.0);
+        Ok(())
+    }
 }
