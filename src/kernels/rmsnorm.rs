@@ -90,7 +90,6 @@ pub fn rmsnorm_forward(gpu: &Gpu, x: &Tensor, w: &Tensor, eps: f32, y: &Tensor, 
 /// The block's residual and the norm after it in one dispatch: x += r (in place), then
 /// y = w · x · rstd with rstd saved, exactly as [`crate::kernels::elementwise::axpy`] of r into x
 /// followed by [`rmsnorm_forward`] compute them.
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_residual_forward(gpu: &Gpu, x: &Tensor, r: &Tensor, w: &Tensor, eps: f32, y: &Tensor, rstd: &Tensor) {
     let (n, c) = (x.rows(), x.cols());
     assert!(

@@ -181,8 +181,7 @@ impl<'a> SharedH<'a> {
         y: &Tensor,
         keep_h: bool,
     ) -> Result<Option<Tensor>> {
-        let h = self.h(gpu, x, p)?;
-        lora_linear_forward_h(gpu, x, lin, self.pair(p).zip(h.as_ref()), s, y, 0.0);
+        let h = self.forward_beta(gpu, x, lin, p, s, y, 0.0)?;
         Ok(if keep_h { h } else { None })
     }
 
@@ -190,8 +189,23 @@ impl<'a> SharedH<'a> {
     /// for bit to the product into a buffer of its own and then
     /// [`crate::kernels::elementwise::axpy`]), keeping no h: a block's residual.
     pub fn forward_add(&self, gpu: &Gpu, x: &Tensor, lin: &Linear, p: Proj, s: f32, y: &Tensor) -> Result<()> {
+        self.forward_beta(gpu, x, lin, p, s, y, 1.0).map(drop)
+    }
+
+    /// y = x·Wᵀ + b + s·h·Bᵀ + β·y, returning h.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_beta(
+        &self,
+        gpu: &Gpu,
+        x: &Tensor,
+        lin: &Linear,
+        p: Proj,
+        s: f32,
+        y: &Tensor,
+        beta: f32,
+    ) -> Result<Option<Tensor>> {
         let h = self.h(gpu, x, p)?;
-        lora_linear_forward_h(gpu, x, lin, self.pair(p).zip(h.as_ref()), s, y, 1.0);
-        Ok(())
+        lora_linear_forward_h(gpu, x, lin, self.pair(p).zip(h.as_ref()), s, y, beta);
+        Ok(h)
     }
 }

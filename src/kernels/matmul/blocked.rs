@@ -133,6 +133,26 @@ pub(super) fn acc_decl(rows: usize) -> String {
     (0..2 * rows).map(|i| format!("    var acc{i} = vec4<f32>(0.0);\n")).collect()
 }
 
+/// `fn NAME(m, n0, lo, hi)`: store 8 values of row m of C from column n0 into `c` (an (M, N)
+/// array; M and N the WGSL expressions `m_len` and `n_len`) as α·v, plus β·C where `beta` and
+/// β ≠ 0, skipping what lies past M or N: the store of the generated batched and paired kernels.
+pub(super) fn store_row_fn(name: &str, c: &str, m_len: &str, n_len: &str, beta: bool) -> String {
+    let add = if beta { format!("\n        if (p.beta != 0.0) {{ r += p.beta * {c}[idx]; }}") } else { String::new() };
+    format!(
+        "fn {name}(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{
+    if (m >= {m_len}) {{ return; }}
+    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    for (var j = 0u; j < 8u; j++) {{
+        let n = n0 + j;
+        if (n >= {n_len}) {{ return; }}
+        var r = p.alpha * v[j];
+        let idx = m * {n_len} + n;{add}
+        {c}[idx] = r;
+    }}
+}}\n"
+    )
+}
+
 pub(super) fn store_rows(rows: usize) -> String {
     (0..rows).map(|i| format!("    store_row(m0 + {i}u, n0, acc{}, acc{});\n", 2 * i, 2 * i + 1)).collect()
 }
@@ -455,20 +475,17 @@ fn many_source(count: usize, vec: bool, rows: usize, head: &str) -> String {
     s += &format!("@group(0) @binding(1) var<storage, read> a: array<{ae}>;   // x: (M, K)\n{la}");
     let mut branches = String::new();
     for j in 0..count {
-        let (lb, be) = load4_f32("load_b4", &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
+        let (lb, be) = load4_f32(&format!("load_b4_{j}"), &format!("b{j}"), "p.N", "p.K", "p.ldb", vec);
         s += &format!("@group(0) @binding({}) var<storage, read> b{j}: array<{be}>;   // A_{j}: (N, K)\n", 2 + j);
         s += &format!(
             "@group(0) @binding({}) var<storage, read_write> c{j}: array<f32>;   // h_{j}: (M, N)\n",
             2 + count + j
         );
         let body = loop_nt(DType::F32, rows, &own_a_rows(rows)) + &store_rows(rows);
-        let fns = format!("{lb}fn store_row(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{\n    if (m >= p.M) {{ return; }}\n    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);\n    for (var j = 0u; j < 8u; j++) {{\n        let n = n0 + j;\n        if (n >= p.N) {{ return; }}\n        c[m * p.N + n] = p.alpha * v[j];\n    }}\n}}\n");
-        let rename = |t: &str| {
-            t.replace("load_b4", &format!("load_b4_{j}"))
-                .replace("store_row", &format!("store_row_{j}"))
-                .replace("c[m", &format!("c{j}[m"))
-        };
-        s += &rename(&fns);
+        s += &lb;
+        s += &store_row_fn(&format!("store_row_{j}"), &format!("c{j}"), "p.M", "p.N", false);
+        let rename =
+            |t: &str| t.replace("load_b4", &format!("load_b4_{j}")).replace("store_row", &format!("store_row_{j}"));
         branches += &format!("    if (j == {j}u) {{\n{}    }}\n", rename(&body));
     }
     s + head + &acc_decl(rows) + &branches + "}\n"

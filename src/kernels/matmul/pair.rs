@@ -6,7 +6,7 @@
 //! runs it alone (the register-blocked one, [`super::blocked`], or the split-K one,
 //! [`super::thin`]), so each result equals its own product's bit for bit.
 
-use super::blocked::{acc_decl, body_tn, grid, lanes, load8, store_rows};
+use super::blocked::{acc_decl, body_tn, grid, lanes, load8, store_row_fn, store_rows};
 use super::thin::{tn_bindings, tn_job, tn_part};
 use super::{flops, thin};
 use crate::gpu::{groups, DType, Gpu, Tensor};
@@ -56,7 +56,14 @@ fn lanes_in(m: usize, n: usize, w: usize) -> Option<(usize, usize)> {
 /// where their contraction lengths or workgroup shapes do not fit one kernel.
 pub(super) fn blocked_tn_pair(gpu: &Gpu, jobs: [TnJob; 2], alpha: f32, beta: f32) -> bool {
     let d = jobs.map(dims);
-    let w = d.iter().map(|&(_, m, n)| lanes(m, n).0 * lanes(m, n).1).max().unwrap_or(64);
+    let w = d
+        .iter()
+        .map(|&(_, m, n)| {
+            let (wx, wy) = lanes(m, n);
+            wx * wy
+        })
+        .max()
+        .unwrap_or(64);
     let (Some(l0), Some(l1)) = (lanes_in(d[0].1, d[0].2, w), lanes_in(d[1].1, d[1].2, w)) else {
         return false;
     };
@@ -154,20 +161,7 @@ fn blocked_source(lanes: [(usize, usize); 2], vecs: [(bool, bool); 2]) -> String
             2 + 3 * j,
             3 + 3 * j
         );
-        s += &format!(
-            "fn store_row_{j}(m: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {{
-    if (m >= {m}) {{ return; }}
-    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
-    for (var j = 0u; j < 8u; j++) {{
-        let n = n0 + j;
-        if (n >= {n}) {{ return; }}
-        var r = p.alpha * v[j];
-        let idx = m * {n} + n;
-        if (p.beta != 0.0) {{ r += p.beta * c{j}[idx]; }}
-        c{j}[idx] = r;
-    }}
-}}\n"
-        );
+        s += &store_row_fn(&format!("store_row_{j}"), &format!("c{j}"), &m, &n, true);
         let rename = |t: String| {
             t.replace("load_a8(", &format!("load_a8_{j}("))
                 .replace("load_b8(", &format!("load_b8_{j}("))
